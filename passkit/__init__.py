@@ -1,0 +1,54 @@
+"""passkit: PyTorch's AOT training compiler as a pipeline of named passes, composed in TOML.
+
+Users call ``compile``, ``backend``, ``aot_function``, ``aot_module`` and ``load_pipeline``;
+plugin authors use ``graph_pass``, ``hookimpl`` and ``Program``. The torch-heavy entry points
+import lazily so that ``import passkit`` (and the CLI) start fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from passkit.errors import PassError, PasskitError, PipelineError, PluginError, VerificationError
+from passkit.hookspecs import hookimpl
+from passkit.pass_api import Pass, graph_pass
+from passkit.program import Program
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Pass",
+    "PassError",
+    "PasskitError",
+    "Pipeline",
+    "PipelineError",
+    "PluginError",
+    "Program",
+    "VerificationError",
+    "aot_function",
+    "aot_module",
+    "backend",
+    "compile",
+    "graph_pass",
+    "hookimpl",
+    "load_pipeline",
+    "__version__",
+]
+
+_LAZY = {
+    "compile": "passkit.api",
+    "backend": "passkit.api",
+    "aot_function": "passkit.api",
+    "aot_module": "passkit.api",
+    "load_pipeline": "passkit.pipeline",
+    "Pipeline": "passkit.pipeline",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'passkit' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,237 @@
+"""Own every use of torch's private internals, so that a torch upgrade touches one file.
+
+Fake tensors, functional tracing (``make_fx`` under ``FunctionalTensorMode``), the
+``torch._decomp`` tables and torch's min-cut partitioner are reached only through here.
+Supported torch: 2.11 to 2.13.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+from torch.fx import GraphModule
+from torch.fx import traceback as fx_traceback
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+from torch.multiprocessing.reductions import StorageWeakRef
+
+__all__ = [
+    "FakeTensor",
+    "InputMutation",
+    "StorageWeakRef",
+    "core_aten_table",
+    "decompositions_for",
+    "fake_mode_of",
+    "fakify",
+    "full_table",
+    "functional_trace",
+    "min_cut_partition",
+    "new_fake_mode",
+    "retrace",
+    "trace_graph",
+]
+
+
+def new_fake_mode() -> FakeTensorMode:
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def fakify(mode: FakeTensorMode, value: Any) -> Any:
+    """A fake twin of ``value`` (same shape, dtype, strides, requires_grad); non-tensors pass."""
+    if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
+        fake = mode.from_tensor(value, static_shapes=True)
+        return fake
+    return value
+
+
+def fake_mode_of(values: Sequence[Any]) -> FakeTensorMode | None:
+    for value in values:
+        if isinstance(value, FakeTensor):
+            return value.fake_mode
+    return None
+
+
+@dataclass
+class InputMutation:
+    """What a functional trace saw happen to one input."""
+
+    index: int
+    data: bool
+    metadata: bool
+    under_no_grad: bool
+
+
+def _to_functional(value: Any) -> Any:
+    return FunctionalTensor.to_functional(value) if isinstance(value, torch.Tensor) else value
+
+
+def _from_functional(value: Any) -> Any:
+    if isinstance(value, FunctionalTensor):
+        torch._sync(value)
+        return torch._from_functional_tensor(value.elem)
+    return value
+
+
+def functional_trace(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    *,
+    pre_dispatch: bool,
+    decompositions: dict[Any, Callable[..., Any]] | None = None,
+    arg_names: Sequence[str] | None = None,
+) -> tuple[GraphModule, list[InputMutation]]:
+    """Trace ``fn`` with ``make_fx`` under ``FunctionalTensorMode``.
+
+    The traced graph returns ``(*new values of mutated inputs, *flat outputs of fn)``; the
+    returned list says which inputs were mutated and how. ``pre_dispatch`` keeps
+    ``_set_grad_enabled`` regions in the graph, so ``no_grad`` blocks survive for the joint
+    trace. Placeholders are renamed to ``arg_names`` when given.
+    """
+    mutations: list[InputMutation] = []
+
+    def functionalized(*flat_args: Any) -> tuple[Any, ...]:
+        mutations.clear()
+        with FunctionalTensorMode(pre_dispatch=pre_dispatch, _allow_token_discovery=True):
+            wrapped = [_to_functional(a) for a in flat_args]
+            outs = fn(*wrapped)
+        flat_outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        new_values = []
+        for index, wrapped_arg in enumerate(wrapped):
+            if not isinstance(wrapped_arg, FunctionalTensor):
+                continue
+            torch._sync(wrapped_arg)
+            inner = wrapped_arg.elem
+            data = torch._functionalize_has_data_mutation(inner)
+            metadata = torch._functionalize_has_metadata_mutation(inner)
+            if not (data or metadata):
+                continue
+            under_no_grad = bool(torch._functionalize_are_all_mutations_under_no_grad_or_inference_mode(inner))
+            mutations.append(InputMutation(index, data, metadata, under_no_grad))
+            new_values.append(_from_functional(wrapped_arg))
+        return (*new_values, *[_from_functional(o) for o in flat_outs])
+
+    fake_mode = fake_mode_of(args)
+    context = fake_mode if fake_mode is not None else contextlib.nullcontext()
+    with context, fx_traceback.preserve_node_meta():
+        gm = make_fx(
+            functionalized,
+            decomposition_table=decompositions or {},
+            pre_dispatch=pre_dispatch,
+            record_module_stack=True,
+        )(*args)
+    if arg_names is not None:
+        _rename_placeholders(gm, arg_names)
+    return gm, list(mutations)
+
+
+def retrace(
+    gm: GraphModule,
+    *,
+    decompositions: dict[Any, Callable[..., Any]] | None = None,
+    functional: bool = True,
+) -> GraphModule:
+    """Re-trace ``gm`` on its own placeholder values, keeping placeholder names and node meta.
+
+    Under ``functional`` the trace runs under the same functionalization as ``functionalize``,
+    so decompositions that introduce in-place ops (common in backward formulas) stay functional.
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    args = [n.meta["val"] for n in placeholders]
+    names = [n.name for n in placeholders]
+    pre_dispatch = any(_is_grad_mode_call(n) for n in gm.graph.nodes)
+
+    def interpret(*flat_args: Any) -> Any:
+        return torch.fx.Interpreter(gm).run(*flat_args)
+
+    if functional:
+        new_gm, mutations = functional_trace(
+            interpret, args, pre_dispatch=pre_dispatch, decompositions=decompositions, arg_names=names
+        )
+        if mutations:
+            raise RuntimeError(f"retrace found input mutations in a functional graph: {mutations}")
+    else:
+        fake_mode = fake_mode_of(args)
+        context = fake_mode if fake_mode is not None else contextlib.nullcontext()
+        with context, fx_traceback.preserve_node_meta():
+            new_gm = make_fx(interpret, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch)(*args)
+        _rename_placeholders(new_gm, names)
+    _use_plain_codegen(new_gm)
+    return new_gm
+
+
+def _is_grad_mode_call(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target is torch._C._set_grad_enabled
+
+
+def _rename_placeholders(gm: GraphModule, names: Sequence[str]) -> None:
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, name in zip(placeholders, names):
+        if node.name != name:
+            node._rename(name)
+            node.target = name
+    gm.recompile()
+
+
+def _use_plain_codegen(gm: GraphModule) -> None:
+    """Call graphs as ``gm(*flat_args) -> tuple``, whatever pytree structure tracing saw."""
+    gm.graph._codegen = torch.fx.graph.CodeGen()
+    gm.recompile()
+
+
+# -- decomposition tables -------------------------------------------------------------------
+
+
+def core_aten_table() -> dict[Any, Callable[..., Any]]:
+    """torch's Core ATen decompositions, plus full-table ones for ops outside Core ATen.
+
+    Functionalization emits ``*_functional`` variants (``_native_batch_norm_legit_functional``)
+    that are not Core ATen and that torch's core table leaves alone; the full table lowers them.
+    """
+    import torch._decomp
+
+    table = dict(torch._decomp.core_aten_decompositions())
+    for op, fn in torch._decomp.decomposition_table.items():
+        name = getattr(op, "_opname", "")
+        if op not in table and name.endswith("_functional") and torch.Tag.core not in op.tags:
+            table[op] = fn
+    return table
+
+
+def full_table() -> dict[Any, Callable[..., Any]]:
+    """torch's full post-autograd decomposition table."""
+    import torch._decomp
+
+    return dict(torch._decomp.decomposition_table)
+
+
+def decompositions_for(ops: Sequence[Any]) -> dict[Any, Callable[..., Any]]:
+    import torch._decomp
+
+    return dict(torch._decomp.get_decompositions(list(ops)))
+
+
+# -- partitioning ---------------------------------------------------------------------------
+
+
+def min_cut_partition(joint: GraphModule, num_fwd_outputs: int) -> tuple[GraphModule, GraphModule]:
+    """torch's min-cut rematerialization partitioner on a joint graph named primals_*/tangents_*."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    return min_cut_rematerialization_partition(
+        joint, None, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=[]
+    )
+
+
+def trace_graph(fn: Callable[..., Any], fake_args: Sequence[Any]) -> GraphModule:
+    """Capture ``fn`` as it is (mutations included) at the pre-dispatch ATen level."""
+    fake_mode = fake_mode_of(fake_args)
+    context = fake_mode if fake_mode is not None else contextlib.nullcontext()
+    with context:
+        gm = make_fx(fn, pre_dispatch=True, record_module_stack=True)(*fake_args)
+    _use_plain_codegen(gm)
+    return gm

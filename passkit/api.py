@@ -1,0 +1,278 @@
+"""Own the public entry points: ``compile``, ``backend``, ``aot_function``, ``aot_module``.
+
+Each entry captures a ``Program`` (through Dynamo, or by tracing with ``make_fx``), runs the
+pipeline over it, and wraps the compiled graphs in the runtime wrapper. ``on_error = "eager"``
+turns any compile failure into one warning and the uncompiled callable.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.utils._pytree as pytree
+from torch.fx import GraphModule
+
+from passkit.capture import program_from_function, program_from_graph
+from passkit.errors import PasskitError
+from passkit.program import Program
+from passkit.report import Report, StepRecord
+from passkit.runtime import CompiledProgram
+
+__all__ = ["compile", "backend", "aot_function", "aot_module", "dynamo_backend", "compile_program"]
+
+DEFAULT_PIPELINE = "training"
+Progress = Callable[[StepRecord], None]
+
+
+def _resolve(pipeline: Any, settings: dict[str, Any]) -> Any:
+    from passkit.pipeline import load_pipeline
+
+    resolved = load_pipeline(pipeline)
+    return resolved.with_settings(**settings) if settings else resolved
+
+
+def _missing_training_steps(pipeline: Any, program: Program) -> str | None:
+    if program.training and "partitioned" not in program.facts:
+        label = str(pipeline.source) if pipeline.source is not None else pipeline.name
+        return (
+            f"{label}: the program needs gradients but the pipeline has no 'joint' and 'partition' steps; "
+            "use the 'training' pipeline, or call it under torch.no_grad()"
+        )
+    if "compiled" not in program.facts:
+        return f"{pipeline.name}: the pipeline left no compiled callables; end it with a codegen step"
+    return None
+
+
+def compile_program(
+    program: Program,
+    real_inputs: Sequence[Any],
+    pipeline: Any,
+    *,
+    reports: list[Report] | None = None,
+    progress: Progress | None = None,
+) -> CompiledProgram:
+    """Run ``pipeline`` over a captured program and wrap the result for calling."""
+    from passkit.evaluate import Reference
+    from passkit.runner import run_pipeline
+
+    reference = Reference(program, real_inputs) if pipeline.settings.verify == "numerics" else None
+    report = run_pipeline(pipeline, program, reference=reference, progress=progress)
+    if reports is not None:
+        reports.append(report)
+    problem = _missing_training_steps(pipeline, program)
+    if problem:
+        raise PasskitError(problem)
+    return CompiledProgram(program)
+
+
+class _Fallback:
+    """Decide what a failed compile turns into: a raise at call time, or eager with one warning."""
+
+    def __init__(self, pipeline: Any) -> None:
+        self.pipeline = pipeline
+        self.warned = False
+
+    def handle(self, exc: Exception, eager: Callable[..., Any]) -> Callable[..., Any]:
+        if self.pipeline.settings.on_error != "eager":
+            raise exc
+        if not self.warned:
+            self.warned = True
+            warnings.warn(f"passkit: compiling failed, running eagerly: {exc}", RuntimeWarning, stacklevel=3)
+        return eager
+
+
+def _raise_when_called(exc: Exception) -> Callable[..., Any]:
+    """Dynamo wraps backend exceptions in its own; raising at call time keeps ours one line."""
+
+    def raiser(*args: Any) -> Any:
+        raise exc
+
+    return raiser
+
+
+class PasskitBackend:
+    """A ``torch.compile`` backend that runs one pipeline; keeps one report per graph."""
+
+    def __init__(self, pipeline: Any = DEFAULT_PIPELINE, progress: Progress | None = None, **settings: Any) -> None:
+        self._pipeline_arg = pipeline
+        self._settings = settings
+        self._pipeline: Any = None
+        self.progress = progress
+        self.reports: list[Report] = []
+        self.programs: list[Program] = []
+
+    @property
+    def pipeline(self) -> Any:
+        if self._pipeline is None:
+            self._pipeline = _resolve(self._pipeline_arg, self._settings)
+        return self._pipeline
+
+    def __call__(self, gm: GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        pipeline = self.pipeline
+        fallback = _Fallback(pipeline)
+        try:
+            if any(isinstance(x, torch.SymInt) for x in example_inputs):
+                raise PasskitError("dynamic shapes are not supported yet; compile with dynamic=False")
+            program = program_from_graph(gm, list(example_inputs))
+            self.programs.append(program)
+            return compile_program(program, example_inputs, pipeline, reports=self.reports, progress=self.progress)
+        except Exception as exc:  # noqa: BLE001 - every failure goes through on_error
+            try:
+                return fallback.handle(exc, gm.forward)
+            except Exception as final:  # noqa: BLE001
+                return _raise_when_called(final)
+
+
+def backend(pipeline: Any = DEFAULT_PIPELINE, **settings: Any) -> PasskitBackend:
+    """A ``torch.compile`` backend running ``pipeline`` (a name, a ``.toml`` path or a Pipeline)."""
+    return PasskitBackend(pipeline, **settings)
+
+
+def dynamo_backend(gm: GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+    """``torch.compile(m, backend="passkit")``: the default pipeline."""
+    return _default_backend()(gm, example_inputs)
+
+
+_DEFAULT: list[PasskitBackend] = []
+
+
+def _default_backend() -> PasskitBackend:
+    if not _DEFAULT:
+        _DEFAULT.append(PasskitBackend(DEFAULT_PIPELINE))
+    return _DEFAULT[0]
+
+
+def compile(model_or_fn: Any, pipeline: Any = DEFAULT_PIPELINE, *, progress: Progress | None = None, **settings: Any) -> Any:
+    """Compile a module or function through Dynamo with ``pipeline``.
+
+    The result has ``passkit_reports``: one ``Report`` per graph Dynamo captured.
+    """
+    compiled_backend = PasskitBackend(pipeline, progress=progress, **settings)
+    compiled_backend.pipeline  # validate the file now, not at the first call  # noqa: B018
+    compiled = torch.compile(model_or_fn, backend=compiled_backend, dynamic=False)
+    compiled.passkit_reports = compiled_backend.reports
+    compiled.passkit_backend = compiled_backend
+    return compiled
+
+
+class _TracedCache:
+    """Compiled programs for one traced function, keyed on what tracing specialised on."""
+
+    def __init__(self, fn: Callable[..., Any], pipeline: Any, kinds: Callable[[int], Sequence[str]] | None) -> None:
+        self.fn = fn
+        self.pipeline = pipeline
+        self.kinds = kinds
+        self.entries: dict[Any, tuple[Callable[..., Any], Any, list[int]]] = {}
+        self.reports: list[Report] = []
+        self.fallback = _Fallback(pipeline)
+
+    @staticmethod
+    def _key(leaves: Sequence[Any]) -> Any:
+        key: list[Any] = [torch.is_grad_enabled()]
+        seen: dict[int, int] = {}
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                dup = seen.setdefault(id(leaf), len(seen))
+                key.append((tuple(leaf.shape), tuple(leaf.stride()), leaf.dtype, leaf.device, leaf.requires_grad, leaf.is_leaf, dup))
+            else:
+                key.append(("const", type(leaf), repr(leaf)))
+        return tuple(key)
+
+    def __call__(self, *args: Any) -> Any:
+        leaves, in_spec = pytree.tree_flatten(args)
+        key = (in_spec, self._key(leaves))
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self.entries[key] = self._build(leaves, in_spec)
+        compiled, out_spec, positions = entry
+        unique = _unique_tensors(leaves)
+        outs = compiled(*unique)
+        if out_spec is None:  # eager fallback returned the user's own structure
+            return outs
+        return pytree.tree_unflatten(list(outs), out_spec)
+
+    def _build(self, leaves: list[Any], in_spec: Any) -> tuple[Callable[..., Any], Any, list[int]]:
+        unique = _unique_tensors(leaves)
+        index = {id(t): i for i, t in enumerate(unique)}
+        positions = [index[id(leaf)] if isinstance(leaf, torch.Tensor) else -1 for leaf in leaves]
+        out_spec_box: list[Any] = []
+
+        def flat_fn(*tensors: Any) -> tuple[Any, ...]:
+            rebuilt = [tensors[p] if p >= 0 else leaf for p, leaf in zip(positions, leaves)]
+            out = self.fn(*pytree.tree_unflatten(rebuilt, in_spec))
+            flat_out, out_spec = pytree.tree_flatten(out)
+            out_spec_box[:] = [out_spec]
+            return tuple(flat_out)
+
+        try:
+            kinds = self.kinds(len(unique)) if self.kinds else None
+            program = program_from_function(flat_fn, unique, kinds=kinds)
+            compiled = compile_program(program, unique, self.pipeline, reports=self.reports)
+            return compiled, out_spec_box[0], positions
+        except Exception as exc:  # noqa: BLE001 - every failure goes through on_error
+
+            def eager(*tensors: Any) -> Any:
+                rebuilt = [tensors[p] if p >= 0 else leaf for p, leaf in zip(positions, leaves)]
+                return self.fn(*pytree.tree_unflatten(rebuilt, in_spec))
+
+            return self.fallback.handle(exc, eager), None, positions
+
+
+def _unique_tensors(leaves: Sequence[Any]) -> list[torch.Tensor]:
+    seen: set[int] = set()
+    unique = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor) and id(leaf) not in seen:
+            seen.add(id(leaf))
+            unique.append(leaf)
+    return unique
+
+
+def aot_function(fn: Callable[..., Any], pipeline: Any = DEFAULT_PIPELINE, **settings: Any) -> Callable[..., Any]:
+    """Compile ``fn`` with ``pipeline`` without Dynamo: trace with ``make_fx`` per input signature.
+
+    The result has ``passkit_reports``. The same tensor passed twice is traced once.
+    """
+    cache = _TracedCache(fn, _resolve(pipeline, settings), kinds=None)
+
+    def compiled(*args: Any) -> Any:
+        return cache(*args)
+
+    compiled.passkit_reports = cache.reports  # type: ignore[attr-defined]
+    compiled.__wrapped__ = fn  # type: ignore[attr-defined]
+    return compiled
+
+
+class AotModule(torch.nn.Module):
+    """``mod`` compiled with ``aot_function``; parameters and buffers are program inputs."""
+
+    def __init__(self, mod: torch.nn.Module, pipeline: Any) -> None:
+        super().__init__()
+        self.mod = mod
+        self._cache = _TracedCache(self._functional_forward, pipeline, kinds=self._kinds)
+        self.passkit_reports = self._cache.reports
+
+    def _state(self) -> tuple[list[str], list[torch.Tensor], int]:
+        params = dict(self.mod.named_parameters(remove_duplicate=False))
+        buffers = dict(self.mod.named_buffers(remove_duplicate=False))
+        return [*params, *buffers], [*params.values(), *buffers.values()], len(params)
+
+    def _kinds(self, n_unique: int) -> list[str]:
+        names, _, n_params = self._state()
+        kinds = ["param"] * n_params + ["buffer"] * (len(names) - n_params)
+        return (kinds + ["user"] * n_unique)[:n_unique]
+
+    def _functional_forward(self, state: list[torch.Tensor], *args: Any) -> Any:
+        names, _, _ = self._state()
+        return torch.func.functional_call(self.mod, dict(zip(names, state)), args)
+
+    def forward(self, *args: Any) -> Any:
+        _, tensors, _ = self._state()
+        return self._cache(tensors, *args)
+
+
+def aot_module(mod: torch.nn.Module, pipeline: Any = DEFAULT_PIPELINE, **settings: Any) -> AotModule:
+    """Compile ``mod`` with ``pipeline`` without Dynamo (``make_fx`` over ``functional_call``)."""
+    return AotModule(mod, _resolve(pipeline, settings))

@@ -1,0 +1,115 @@
+"""Own capture: turning Dynamo's graph or a plain function into a ``Program``.
+
+Capture fakes the example inputs, classifies each input (param, buffer, user), and runs the
+graph once on fresh fake inputs to learn which outputs require grad and which alias an input,
+so that the runtime wrapper can regenerate aliases exactly as eager returns them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+from torch.fx import GraphModule
+
+from passkit import _torch
+from passkit.program import Desc, GraphIO, InputInfo, OutputInfo, Program, Signature
+
+__all__ = ["program_from_graph", "program_from_function"]
+
+
+def _input_kind(name: str, value: Any) -> str:
+    if isinstance(value, torch.nn.Parameter) or "_parameters_" in name:
+        return "param"
+    if "_buffers_" in name:
+        return "buffer"
+    return "user"
+
+
+def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[OutputInfo], bool]:
+    """Run ``gm`` on fresh fake inputs: which outputs need grad, which alias an input."""
+    mode = _torch.new_fake_mode()
+    fresh = [_torch.fakify(mode, x) for x in real_inputs]
+    storages = {
+        _torch.StorageWeakRef(x.untyped_storage()): i
+        for i, x in enumerate(fresh)
+        if isinstance(x, torch.Tensor)
+    }
+    with mode:
+        outs = gm(*fresh)
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    infos = []
+    for out in outs:
+        if not isinstance(out, torch.Tensor):
+            infos.append(OutputInfo(is_tensor=False))
+            continue
+        info = OutputInfo(requires_grad=out.requires_grad)
+        same = next((i for i, x in enumerate(fresh) if x is out), None)
+        if same is not None:
+            info.is_input, info.alias_of_input = True, same
+        else:
+            base = storages.get(_torch.StorageWeakRef(out.untyped_storage()))
+            if base is not None:
+                info.alias_of_input = base
+                info.view = (tuple(out.shape), tuple(out.stride()), int(out.storage_offset()))
+        infos.append(info)
+    needs_grad = any(isinstance(x, torch.Tensor) and x.requires_grad for x in real_inputs)
+    training = torch.is_grad_enabled() and needs_grad and any(o.requires_grad for o in infos)
+    return infos, training
+
+
+def program_from_graph(
+    gm: GraphModule, real_inputs: Sequence[Any], *, kinds: Sequence[str] | None = None
+) -> Program:
+    """Build a ``Program`` whose ``main`` is ``gm`` (Dynamo's graph or a captured trace)."""
+    fake_mode = _torch.new_fake_mode()
+    fakes = [_torch.fakify(fake_mode, x) for x in real_inputs]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(real_inputs):
+        raise ValueError(f"graph has {len(placeholders)} inputs but {len(real_inputs)} example inputs were given")
+    inputs = []
+    for i, (node, value, fake) in enumerate(zip(placeholders, real_inputs, fakes)):
+        node.meta["val"] = fake
+        kind = kinds[i] if kinds is not None else _input_kind(node.name, value)
+        is_tensor = isinstance(value, torch.Tensor)
+        inputs.append(
+            InputInfo(
+                name=node.name,
+                kind=kind,  # type: ignore[arg-type]
+                is_tensor=is_tensor,
+                requires_grad=bool(is_tensor and value.requires_grad),
+                is_leaf=bool(not is_tensor or value.is_leaf),
+            )
+        )
+    outputs, training = _analyse_outputs(gm, real_inputs)
+    io = GraphIO(
+        inputs=[Desc(info.kind, i) for i, info in enumerate(inputs)],
+        outputs=[Desc("user", j) for j in range(len(outputs))],
+    )
+    signature = Signature(inputs=inputs, outputs=outputs, graph_io={"main": io})
+    return Program(
+        graphs={"main": gm},
+        signature=signature,
+        example_inputs=fakes,
+        fake_mode=fake_mode,
+        facts={"captured"},
+        training=training,
+    )
+
+
+def program_from_function(
+    fn: Callable[..., Any], real_inputs: Sequence[Any], *, kinds: Sequence[str] | None = None
+) -> Program:
+    """Trace ``fn(*real_inputs)`` with ``make_fx`` (pre-dispatch, so ``no_grad`` blocks stay).
+
+    ``fn`` takes flat positional inputs and returns a tensor or a flat tuple of them.
+    """
+    fake_mode = _torch.new_fake_mode()
+    fakes = [_torch.fakify(fake_mode, x) for x in real_inputs]
+
+    def flat_fn(*args: Any) -> tuple[Any, ...]:
+        out = fn(*args)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    gm = _torch.trace_graph(flat_fn, fakes)
+    return program_from_graph(gm, real_inputs, kinds=kinds)

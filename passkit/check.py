@@ -1,0 +1,142 @@
+"""Own ``passkit run``'s job: compile a model, run one step, and compare it with eager.
+
+The step is a training step (forward, a loss, backward) when the pipeline can train and the
+model has parameters that require grad; otherwise it is an inference step under ``no_grad``.
+Outputs, gradients and buffers are compared with an eager copy of the same model.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from passkit.errors import PasskitError
+from passkit.report import Report, StepRecord
+
+__all__ = ["CheckResult", "run_check", "load_factory", "DEFAULT_MODEL"]
+
+DEFAULT_MODEL = "passkit.examples.transformer:block"
+RTOL, ATOL = 1e-4, 1e-5
+
+
+@dataclass
+class CheckResult:
+    pipeline: str
+    model: str
+    training: bool
+    reports: list[Report]
+    outputs_max_diff: float
+    grads_max_diff: float | None
+    buffers_max_diff: float | None = None
+    ok: bool = True
+    mismatches: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "model": self.model,
+            "training": self.training,
+            "ok": self.ok,
+            "outputs_max_diff": self.outputs_max_diff,
+            "grads_max_diff": self.grads_max_diff,
+            "buffers_max_diff": self.buffers_max_diff,
+            "mismatches": self.mismatches,
+            "reports": [r.to_json() for r in self.reports],
+        }
+
+
+def load_factory(spec: str) -> Callable[[], Any]:
+    """``"pkg.mod:factory"`` → the factory; errors are one line."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise PasskitError(f"--model must look like 'package.module:factory', not '{spec}'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise PasskitError(f"--model {spec}: cannot import '{module_name}': {exc}") from exc
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise PasskitError(f"--model {spec}: '{module_name}' has no callable '{attr}'")
+    return factory
+
+
+def _build(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    made = load_factory(spec)()
+    if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module)):
+        raise PasskitError(f"--model {spec}: the factory must return (module, example_inputs)")
+    module, inputs = made
+    return module, tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+
+
+def _loss(out: Any) -> torch.Tensor:
+    leaves = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    return sum(((t.float() ** 2).mean() for t in leaves), torch.zeros(()))
+
+
+def _max_diff(expected: list[Any], actual: list[Any], label: str, mismatches: list[str]) -> float:
+    worst = 0.0
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        if not isinstance(e, torch.Tensor):
+            continue
+        if a is None or e.shape != a.shape:
+            mismatches.append(f"{label}[{i}]: shape {tuple(e.shape)} vs {None if a is None else tuple(a.shape)}")
+            worst = float("inf")
+            continue
+        diff = float((e.double() - a.double()).abs().max()) if e.numel() else 0.0
+        if not torch.allclose(a.double(), e.double(), rtol=RTOL, atol=ATOL):
+            mismatches.append(f"{label}[{i}]: max |diff| {diff:.3g}")
+        worst = max(worst, diff)
+    return worst
+
+
+def run_check(
+    pipeline: Any,
+    *,
+    model: str | None = None,
+    dump_dir: str | None = None,
+    progress: Callable[[StepRecord], None] | None = None,
+) -> CheckResult:
+    """Compile ``model`` (default: the shipped transformer block) with ``pipeline``; one step vs eager."""
+    import passkit
+    from passkit.pipeline import load_pipeline
+
+    spec = model or DEFAULT_MODEL
+    resolved = load_pipeline(pipeline)
+    if dump_dir is not None:
+        resolved = resolved.with_settings(dump_dir=dump_dir, dump="all" if resolved.settings.dump == "off" else resolved.settings.dump)
+    eager_model, inputs = _build(spec)
+    compiled_model = copy.deepcopy(eager_model)
+    training = resolved.can_train and any(p.requires_grad for p in eager_model.parameters())
+    compiled = passkit.compile(compiled_model, pipeline=resolved, progress=progress)
+    eager_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    compiled_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    with torch.set_grad_enabled(training):
+        expected = eager_model(*eager_inputs)
+        actual = compiled(*compiled_inputs)
+        if training:
+            _loss(expected).backward()
+            _loss(actual).backward()
+    mismatches: list[str] = []
+    flat = torch.utils._pytree.tree_leaves
+    outputs_diff = _max_diff(flat(expected), flat(actual), "output", mismatches)
+    grads_diff = None
+    if training:
+        grads_diff = _max_diff(
+            [p.grad for p in eager_model.parameters()], [p.grad for p in compiled_model.parameters()], "grad", mismatches
+        )
+    buffers_diff = _max_diff(list(eager_model.buffers()), list(compiled_model.buffers()), "buffer", mismatches) if list(eager_model.buffers()) else None
+    return CheckResult(
+        pipeline=str(resolved.source or resolved.name),
+        model=spec,
+        training=training,
+        reports=list(compiled.passkit_reports),
+        outputs_max_diff=outputs_diff,
+        grads_max_diff=grads_diff,
+        buffers_max_diff=buffers_diff,
+        ok=not mismatches,
+        mismatches=mismatches,
+    )

@@ -1,0 +1,215 @@
+"""Own numerics checks: running a program at any stage on real inputs and comparing to capture.
+
+What is compared is what a user can observe: the user outputs, the final values of the inputs
+(mutations), and for a training program the gradients of the inputs that require grad, under
+fixed seeded cotangents. ``verify = "numerics"`` builds a ``Reference`` from the captured
+program and asks it after every step whether the current graphs still agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from passkit.program import Program
+
+__all__ = ["Observation", "Reference", "observe", "max_difference"]
+
+RTOL = 1e-4
+ATOL = 1e-5
+
+
+@dataclass
+class Observation:
+    outputs: list[Any]
+    inputs: list[Any]
+    grads: list[Any]
+
+
+def _clone_inputs(real_inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """Fresh copies of the inputs, plus the leaves that gradients are taken against."""
+    clones, leaves = [], []
+    for value in real_inputs:
+        if not isinstance(value, torch.Tensor):
+            clones.append(value)
+            leaves.append(None)
+            continue
+        leaf = value.detach().clone().requires_grad_(value.requires_grad)
+        leaves.append(leaf if value.requires_grad else None)
+        clones.append(leaf.clone() if value.requires_grad and not value.is_leaf else leaf)
+    return clones, leaves
+
+
+def _cotangent(value: torch.Tensor, seed: int) -> torch.Tensor:
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randn(value.shape, generator=generator, dtype=value.dtype).to(value.device)
+
+
+def _user_cotangents(program: Program, outputs: Sequence[Any]) -> list[Any]:
+    return [
+        _cotangent(out, 1000 + j) if info.requires_grad and isinstance(out, torch.Tensor) else None
+        for j, (info, out) in enumerate(zip(program.signature.outputs, outputs))
+    ]
+
+
+def observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
+    """Run the program's current graphs (whatever stage they are at) on copies of the inputs."""
+    torch.manual_seed(0)
+    clones, leaves = _clone_inputs(real_inputs)
+    graphs = program.graphs
+    if "forward" in graphs:
+        return _observe_split(program, clones, leaves)
+    if "joint" in graphs:
+        return _observe_joint(program, clones, leaves)
+    io = program.io("main")
+    if not any(d.kind == "mutation" for d in io.outputs) and "functional" not in program.facts:
+        return _observe_eager(program, clones, leaves)
+    from passkit.passes.joint import JointPlan, make_joint_fn
+
+    if not program.training:
+        with torch.no_grad():
+            outs = graphs["main"](*clones)
+        return _finish(program, io.outputs, list(outs), clones, grads=[])
+    plan = JointPlan(program)
+    with torch.no_grad():
+        probe = graphs["main"](*[c.detach() if isinstance(c, torch.Tensor) else c for c in clones])
+    tangents = _tangents_for(program, io.outputs, plan.diff_outputs, probe)
+    results = make_joint_fn(plan)(*clones, *tangents)
+    n_out = len(io.outputs)
+    return _finish(program, io.outputs, list(results[:n_out]), clones, _grads(program, plan.grad_inputs, results[n_out:]))
+
+
+def _observe_eager(program: Program, clones: list[Any], leaves: list[Any]) -> Observation:
+    with torch.set_grad_enabled(program.training):
+        outs = list(program.graphs["main"](*clones))
+    grads: list[Any] = []
+    if program.training:
+        cotangents = _user_cotangents(program, outs)
+        pairs = [(o, c) for o, c in zip(outs, cotangents) if c is not None]
+        wrt = [leaf for leaf in leaves if leaf is not None]
+        found = torch.autograd.grad([o for o, _ in pairs], wrt, [c for _, c in pairs], allow_unused=True)
+        grads = [g.detach() if g is not None else None for g in found]
+    return Observation([_detached(o) for o in outs], [_detached(c) for c in clones], grads)
+
+
+def _tangents_for(program: Program, outputs: Sequence[Any], diff_positions: Sequence[int], values: Any) -> list[Any]:
+    """Seeded cotangents for user outputs that need grad; zeros for the other differentiable outputs."""
+    tangents = []
+    for k in diff_positions:
+        desc = outputs[k]
+        value = values[k]
+        if desc.kind == "user" and program.signature.outputs[desc.index].requires_grad:
+            tangents.append(_cotangent(value, 1000 + desc.index))
+        else:
+            tangents.append(torch.zeros_like(value))
+    return tangents
+
+
+def _observe_joint(program: Program, clones: list[Any], leaves: list[Any]) -> Observation:
+    io = program.io("joint")
+    fn = program.compiled.get("joint", program.graphs["joint"])
+    primals = [c.detach() if isinstance(c, torch.Tensor) else c for c in clones]
+    n_fwd = sum(1 for d in io.outputs if d.kind in ("mutation", "user"))
+    diff = [d.index for d in io.inputs if d.kind == "tangent"]
+    placeholders = [n for n in program.graphs["joint"].graph.nodes if n.op == "placeholder"]
+    shapes = {d.index: p.meta["val"] for p, d in zip(placeholders, io.inputs) if d.kind == "tangent"}
+    with torch.no_grad():
+        probe = {k: torch.zeros(v.shape, dtype=v.dtype) for k, v in shapes.items()}
+        tangents = _tangents_for(program, io.outputs[:n_fwd], diff, probe)
+        results = list(fn(*primals, *tangents))
+    grad_targets = [d.index for d in io.outputs[n_fwd:]]
+    return _finish(program, io.outputs[:n_fwd], results[:n_fwd], primals, _grads(program, grad_targets, results[n_fwd:]))
+
+
+def _observe_split(program: Program, clones: list[Any], leaves: list[Any]) -> Observation:
+    fw_io, bw_io = program.io("forward"), program.io("backward")
+    forward = program.compiled.get("forward", program.graphs["forward"])
+    backward = program.compiled.get("backward", program.graphs["backward"])
+    primals = [c.detach() if isinstance(c, torch.Tensor) else c for c in clones]
+    with torch.no_grad():
+        outs = list(forward(*primals))
+        n_fwd = sum(1 for d in fw_io.outputs if d.kind in ("mutation", "user"))
+        visible, saved = outs[:n_fwd], outs[n_fwd:]
+        diff = [d.index for d in bw_io.inputs if d.kind == "tangent"]
+        tangents = dict(zip(diff, _tangents_for(program, fw_io.outputs[:n_fwd], diff, visible)))
+        args = [saved[d.index] if d.kind == "saved" else tangents[d.index] for d in bw_io.inputs]
+        grads = list(backward(*args))
+    targets = [d.index for d in bw_io.outputs]
+    return _finish(program, fw_io.outputs[:n_fwd], visible, primals, _grads(program, targets, grads))
+
+
+def _grads(program: Program, targets: Sequence[int], values: Sequence[Any]) -> list[Any]:
+    by_input = dict(zip(targets, values))
+    return [
+        _detached(by_input.get(i))
+        for i, info in enumerate(program.signature.inputs)
+        if info.requires_grad
+    ]
+
+
+def _finish(program: Program, descs: Sequence[Any], values: Sequence[Any], clones: list[Any], grads: list[Any]) -> Observation:
+    final_inputs = list(clones)
+    user: dict[int, Any] = {}
+    for desc, value in zip(descs, values):
+        if desc.kind == "mutation":
+            final_inputs[desc.index] = value
+        elif desc.kind == "user":
+            user[desc.index] = value
+    outputs = [_detached(user.get(j)) for j in range(len(program.signature.outputs))]
+    return Observation(outputs, [_detached(v) for v in final_inputs], grads)
+
+
+def _detached(value: Any) -> Any:
+    return value.detach() if isinstance(value, torch.Tensor) else value
+
+
+def max_difference(expected: Sequence[Any], actual: Sequence[Any]) -> tuple[float, int]:
+    """Largest tolerance-scaled difference and where it is (index), over paired tensors."""
+    worst, where = 0.0, -1
+    for i, (a, b) in enumerate(zip(expected, actual)):
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            continue
+        if a.shape != b.shape:
+            return float("inf"), i
+        if not a.is_floating_point():
+            diff = float((a != b).any())
+        else:
+            diff = float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+        if diff > worst:
+            worst, where = diff, i
+    return worst, where
+
+
+def _close(expected: Any, actual: Any) -> bool:
+    if not isinstance(expected, torch.Tensor) or not isinstance(actual, torch.Tensor):
+        return True
+    if expected.shape != actual.shape:
+        return False
+    if not expected.is_floating_point():
+        return bool(torch.equal(expected, actual))
+    return bool(torch.allclose(actual.double(), expected.double(), rtol=RTOL, atol=ATOL, equal_nan=True))
+
+
+class Reference:
+    """What the captured program computes on the real example inputs."""
+
+    def __init__(self, program: Program, real_inputs: Sequence[Any]) -> None:
+        self.real_inputs = [x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) and x.is_leaf else x for x in real_inputs]
+        self.expected = observe(program, self.real_inputs)
+
+    def compare(self, program: Program) -> str | None:
+        """None when the program's current graphs agree with capture; else where they deviate."""
+        actual = observe(program, self.real_inputs)
+        graph = ", ".join(program.graphs)
+        for label, expected, got in (
+            ("output", self.expected.outputs, actual.outputs),
+            ("input", self.expected.inputs, actual.inputs),
+            ("grad", self.expected.grads, actual.grads),
+        ):
+            for i, (e, a) in enumerate(zip(expected, got)):
+                if not _close(e, a):
+                    diff, _ = max_difference([e], [a])
+                    return f"max |diff| {diff:.3g} in {label}[{i}] of graph {graph}"
+        return None

@@ -1,0 +1,1 @@
+"""Small models shipped with passkit so that ``passkit run`` works with no arguments."""

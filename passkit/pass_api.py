@@ -1,0 +1,153 @@
+"""Own the pass abstraction: ``Pass``, the ``graph_pass`` decorator, options models, fingerprints.
+
+A pass is a named, documented transform ``(program, **options) -> changed?`` with a contract
+over facts (``requires``, ``produces``, ``invalidates``). Its options are its keyword-only
+parameters; passkit builds a strict pydantic model from their annotations and defaults, or the
+pass gives ``options=SomeModel``. The fingerprint (name, version, source hash) feeds cache keys,
+so pass authors never write a ``uuid()``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import re
+import textwrap
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+import pydantic
+
+if TYPE_CHECKING:
+    from passkit.program import Program
+
+__all__ = ["Pass", "graph_pass", "PASS_NAME_RE"]
+
+PASS_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
+
+
+class _StrictOptions(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+
+@dataclass(frozen=True, eq=False)
+class Pass:
+    """A registered transform. Build one with :func:`graph_pass`."""
+
+    name: str
+    fn: Callable[..., Any]
+    options_model: type[pydantic.BaseModel]
+    requires: frozenset[str] = frozenset()
+    produces: frozenset[str] = frozenset()
+    invalidates: frozenset[str] = frozenset()
+    training_only: bool = False
+    version: str = "1"
+    doc: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> str:
+        """First line of the docstring: what ``passkit passes`` shows."""
+        return self.doc.strip().splitlines()[0] if self.doc.strip() else ""
+
+    def options(self, **values: Any) -> pydantic.BaseModel:
+        """Validate option values against this pass's model."""
+        return self.options_model(**values)
+
+    def run(self, program: Program, options: pydantic.BaseModel | None = None) -> bool:
+        """Apply the pass; returns what the pass claims (the runner judges change by hashes)."""
+        opts = options if options is not None else self.options_model()
+        return bool(self.fn(program, **dict(opts)))
+
+    def fingerprint(self) -> str:
+        """Stable identity of this pass's behaviour: name, version and a hash of its source."""
+        try:
+            source = inspect.getsource(self.fn)
+        except (OSError, TypeError):
+            source = getattr(self.fn, "__qualname__", repr(self.fn))
+        digest = hashlib.sha256(f"{self.name}\0{self.version}\0{source}".encode()).hexdigest()
+        return f"{self.name}@{self.version}:{digest[:16]}"
+
+    def option_fields(self) -> list[dict[str, Any]]:
+        """Each option's name, type and default, for listings."""
+        rows = []
+        for key, info in self.options_model.model_fields.items():
+            annotation = info.annotation
+            type_name = getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+            default = None if info.is_required() else info.get_default(call_default_factory=True)
+            rows.append({"name": key, "type": type_name, "default": default, "required": info.is_required()})
+        return rows
+
+    def __call__(self, program: Program, **options: Any) -> bool:
+        return self.run(program, self.options(**options))
+
+    def __repr__(self) -> str:
+        return f"<Pass {self.name}>"
+
+
+def _options_from_signature(name: str, fn: Callable[..., Any]) -> type[pydantic.BaseModel]:
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())
+    if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+        raise TypeError(f"pass {name!r}: the first parameter must be the program")
+    hints = _resolved_hints(fn)
+    fields: dict[str, Any] = {}
+    for param in params[1:]:
+        if param.kind is not param.KEYWORD_ONLY:
+            raise TypeError(f"pass {name!r}: option {param.name!r} must be keyword-only (put it after '*')")
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (annotation, default)
+    model_name = "".join(part.title() for part in re.split(r"[._]", name)) + "Options"
+    return pydantic.create_model(model_name, __base__=_StrictOptions, **fields)
+
+
+def _resolved_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    import typing
+
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:  # unresolved forward references: fall back to raw annotations
+        return {k: (Any if isinstance(v, str) else v) for k, v in getattr(fn, "__annotations__", {}).items()}
+
+
+def graph_pass(
+    name: str,
+    *,
+    requires: Iterable[str] = (),
+    produces: Iterable[str] = (),
+    invalidates: Iterable[str] = (),
+    options: type[pydantic.BaseModel] | None = None,
+    training_only: bool = False,
+    version: str = "1",
+) -> Callable[[Callable[..., Any]], Pass]:
+    """Declare a pass. Its keyword-only parameters become its options.
+
+    Example::
+
+        @passkit.graph_pass("acme.fold_double_neg", requires={"functional"})
+        def fold_double_neg(program, *, max_rewrites: int = 100) -> bool:
+            "Rewrite neg(neg(x)) to x."
+            ...
+    """
+    if not PASS_NAME_RE.match(name):
+        raise ValueError(f"invalid pass name {name!r}: use lowercase dotted words such as 'acme.fold_neg'")
+
+    def decorate(fn: Callable[..., Any]) -> Pass:
+        if options is not None:
+            model = options
+        else:
+            model = _options_from_signature(name, fn)
+        return Pass(
+            name=name,
+            fn=fn,
+            options_model=model,
+            requires=frozenset(requires),
+            produces=frozenset(produces),
+            invalidates=frozenset(invalidates),
+            training_only=training_only,
+            version=version,
+            doc=textwrap.dedent(fn.__doc__ or ""),
+        )
+
+    return decorate

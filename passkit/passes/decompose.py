@@ -1,0 +1,103 @@
+"""Own ``decompose``: lower ops through named decomposition tables.
+
+``tables`` names tables registered through ``passkit_register_decompositions`` (built in:
+``core_aten``, torch's Core ATen decompositions, and ``full``, torch's whole post-autograd
+table). ``keep`` leaves ops whole (aten often runs them faster whole); ``extra`` adds ops from
+the full table. The pass works before or after ``joint``; after it, backward ops decompose too;
+before it, ``joint`` lowers the backward through the same table. The target opset of a set of
+tables is every op they do not decompose: ``verify = "facts"`` names any op that remains.
+Graphs are re-traced under functionalization, so decompositions that use in-place ops keep the
+program functional.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pydantic
+import torch
+
+from passkit import _torch
+from passkit.hookspecs import hookimpl
+from passkit.pass_api import graph_pass
+from passkit.program import Program
+
+__all__ = ["decompose", "DecomposeOptions", "resolve_op"]
+
+
+def resolve_op(name: str) -> Any:
+    """``"aten.gelu.default"`` → the OpOverload; ``"aten.gelu"`` → the overload packet."""
+    parts = name.split(".")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"'{name}' is not an op name like 'aten.gelu.default'")
+    try:
+        packet = getattr(getattr(torch.ops, parts[0]), parts[1])
+        return getattr(packet, parts[2]) if len(parts) == 3 else packet
+    except (AttributeError, RuntimeError):
+        raise ValueError(f"unknown op '{name}'") from None
+
+
+def _overloads(op: Any) -> list[Any]:
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return [getattr(op, name) for name in op.overloads()]
+    return [op]
+
+
+class DecomposeOptions(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    tables: list[str] = ["core_aten"]
+    keep: list[str] = []
+    extra: list[str] = []
+
+    @pydantic.field_validator("keep", "extra")
+    @classmethod
+    def _known_ops(cls, names: list[str]) -> list[str]:
+        for name in names:
+            resolve_op(name)
+        return names
+
+
+def build_table(tables: list[str], keep: list[str], extra: list[str]) -> tuple[dict[Any, Callable[..., Any]], set[Any]]:
+    from passkit.registry import get_registry
+
+    registered = get_registry().decompositions
+    table: dict[Any, Callable[..., Any]] = {}
+    for name in tables:
+        if name not in registered:
+            known = ", ".join(sorted(registered)) or "none"
+            raise ValueError(f"unknown decomposition table '{name}' (known: {known})")
+        table.update(registered[name]())
+    if extra:
+        table.update(_torch.decompositions_for([resolve_op(n) for n in extra]))
+    kept = {op for name in keep for op in _overloads(resolve_op(name))}
+    for op in kept:
+        table.pop(op, None)
+    return table, kept
+
+
+@graph_pass("decompose", requires={"functional"}, produces={"decomposed"}, options=DecomposeOptions)
+def decompose(program: Program, *, tables: list[str], keep: list[str], extra: list[str]) -> bool:
+    """Lower ops through decomposition tables (Core ATen by default), keeping the ones listed."""
+    table, kept = build_table(tables, keep, extra)
+    functional = "functional" in program.facts
+    for name, gm in list(program.graphs.items()):
+        program.graphs[name] = _torch.retrace(gm, decompositions=table, functional=functional)
+
+    def in_opset(op: Any) -> bool:
+        return op in kept or op not in table
+
+    # Later traces (joint) lower what they emit through the same table, keeping the fact.
+    program.notes["decomposition_table"] = table
+    program.notes["opset"] = in_opset
+    return True
+
+
+@hookimpl
+def passkit_register_passes() -> list:
+    return [decompose]
+
+
+@hookimpl
+def passkit_register_decompositions() -> dict[str, Callable[[], dict[Any, Callable[..., Any]]]]:
+    return {"core_aten": _torch.core_aten_table, "full": _torch.full_table}

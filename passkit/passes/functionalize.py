@@ -1,0 +1,57 @@
+"""Own ``functionalize``: remove every mutation from ``main`` and record it in the signature.
+
+The captured graph is re-traced with ``make_fx`` under ``FunctionalTensorMode`` (as AOT
+Autograd does), at the pre-dispatch level so that ``no_grad`` regions survive for the joint
+trace. Input mutations (``x.add_()`` on an input, BatchNorm running stats, ``t_()``) become
+leading ``mutation`` outputs; the runtime wrapper writes them back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.fx import GraphModule
+
+from passkit import _torch
+from passkit.hookspecs import hookimpl
+from passkit.pass_api import graph_pass
+from passkit.program import Desc, GraphIO, Program
+
+__all__ = ["functionalize"]
+
+
+def _interpreted(gm: GraphModule) -> Any:
+    def run(*args: Any) -> Any:
+        return torch.fx.Interpreter(gm).run(*args)
+
+    return run
+
+
+@graph_pass("functionalize", produces={"functional"})
+def functionalize(program: Program) -> bool:
+    """Re-trace main without mutations; record input mutations and aliases in the signature."""
+    main = program.graphs["main"]
+    io = program.io("main")
+    if any(d.kind == "mutation" for d in io.outputs):
+        return False  # already functional: its mutations are outputs
+    names = [n.name for n in main.graph.nodes if n.op == "placeholder"]
+    gm, mutations = _torch.functional_trace(
+        _interpreted(main), program.example_inputs, pre_dispatch=True, arg_names=names
+    )
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    for mutation in mutations:
+        info = program.signature.inputs[mutation.index]
+        info.mutates_data = mutation.data
+        info.mutates_metadata = mutation.metadata
+        info.mutated_under_no_grad = mutation.under_no_grad
+    outputs = [Desc("mutation", m.index) for m in mutations] + list(io.outputs)
+    program.set_graph("main", gm, GraphIO(inputs=list(io.inputs), outputs=outputs))
+    program.record_stat("mutated_inputs", len(mutations))
+    return True
+
+
+@hookimpl
+def passkit_register_passes() -> list:
+    return [functionalize]

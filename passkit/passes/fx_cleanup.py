@@ -1,0 +1,115 @@
+"""Own the graph-hygiene passes every pipeline uses: dead-code and common-subexpression removal.
+
+Both work on any graph, functional or not: nodes that mutate, draw random numbers or toggle grad
+mode are never removed or merged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Node
+
+from passkit.hookspecs import hookimpl
+from passkit.pass_api import graph_pass
+from passkit.program import Program
+
+__all__ = ["dce", "cse"]
+
+
+def _mutates(node: Node) -> bool:
+    if node.op == "call_method":
+        return str(node.target).endswith("_")
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.is_mutable
+    return False
+
+
+def _keeps(node: Node) -> bool:
+    """Whether a node must stay even when nothing reads its result."""
+    if _mutates(node):
+        return True
+    try:
+        return node.is_impure()
+    except Exception:  # an exotic call_module: keep it rather than guess
+        return True
+
+
+def _eliminate_dead_code(gm: GraphModule) -> bool:
+    removed = False
+    for node in reversed(list(gm.graph.nodes)):
+        if node.op in ("placeholder", "output") or node.users or _keeps(node):
+            continue
+        gm.graph.erase_node(node)
+        removed = True
+    if removed:
+        gm.recompile()
+    return removed
+
+
+@graph_pass("fx.dce")
+def dce(program: Program) -> bool:
+    """Remove nodes whose results nobody reads (mutations and side effects stay)."""
+    changed = False
+    for gm in program.graphs.values():
+        changed |= _eliminate_dead_code(gm)
+    return changed
+
+
+def _is_random(node: Node) -> bool:
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return torch.Tag.nondeterministic_seeded in target.tags
+    return False
+
+
+def _cse_key(node: Node, replaced: dict[Node, Node]) -> Any:
+    def canon(arg: Any) -> Any:
+        if isinstance(arg, Node):
+            return ("node", replaced.get(arg, arg).name)
+        if isinstance(arg, (list, tuple)):
+            return (type(arg).__name__, tuple(canon(a) for a in arg))
+        if isinstance(arg, dict):
+            return ("dict", tuple(sorted((k, canon(v)) for k, v in arg.items())))
+        return ("const", type(arg).__name__, repr(arg))
+
+    return (node.op, str(node.target), canon(node.args), canon(node.kwargs))
+
+
+def _eliminate_common_subexpressions(gm: GraphModule) -> bool:
+    seen: dict[Any, Node] = {}
+    replaced: dict[Node, Node] = {}
+    # A mutation can change what an earlier identical expression would compute.
+    for node in list(gm.graph.nodes):
+        if node.op not in ("call_function", "call_method"):
+            continue
+        if _mutates(node) or _is_random(node) or _keeps(node):
+            seen.clear()
+            continue
+        key = _cse_key(node, replaced)
+        twin = seen.get(key)
+        if twin is None:
+            seen[key] = node
+            continue
+        node.replace_all_uses_with(twin)
+        replaced[node] = twin
+        gm.graph.erase_node(node)
+    if replaced:
+        gm.recompile()
+    return bool(replaced)
+
+
+@graph_pass("fx.cse")
+def cse(program: Program) -> bool:
+    """Merge identical pure computations so each is computed once."""
+    changed = False
+    for gm in program.graphs.values():
+        changed |= _eliminate_common_subexpressions(gm)
+    return changed
+
+
+@hookimpl
+def passkit_register_passes() -> list:
+    return [dce, cse]

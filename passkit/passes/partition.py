@@ -1,0 +1,177 @@
+"""Own the partitioners: split ``joint`` into ``forward`` and ``backward`` graphs.
+
+``partition.default`` computes in the forward exactly what the forward outputs need and saves
+every forward value the backward reads; backward-only work that depends on primals alone (a
+weight's transpose, say) moves to the backward. ``partition.torch_min_cut`` hands the joint
+graph to torch's own min-cut rematerialization partitioner (which honours the ``recompute``
+tags that ``torch.utils.checkpoint`` leaves), so the two can be compared in one run.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+from torch.fx import Graph, GraphModule, Node
+
+from passkit import _torch
+from passkit.hookspecs import hookimpl
+from passkit.pass_api import graph_pass
+from passkit.program import Desc, GraphIO, Program
+
+__all__ = ["default_partition", "torch_min_cut", "split_joint"]
+
+
+def _output_args(gm: GraphModule) -> list[Any]:
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    return list(output.args[0])
+
+
+def _ancestors(roots: list[Any], stop: set[Node] | frozenset[Node] = frozenset()) -> set[Node]:
+    """Nodes the roots depend on; the walk does not go past nodes in ``stop``."""
+    seen: set[Node] = set()
+    stack = [r for r in roots if isinstance(r, Node)]
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            if node not in stop:
+                stack.extend(node.all_input_nodes)
+    return seen
+
+
+def _build(joint: GraphModule, inputs: list[Node], body: list[Node], outputs: list[Any]) -> GraphModule:
+    graph = Graph()
+    env: dict[Node, Node] = {}
+    for node in inputs:
+        new = graph.placeholder(node.name)
+        new.meta = dict(node.meta)
+        env[node] = new
+    for node in body:
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    graph.output(tuple(env[o] if isinstance(o, Node) else o for o in outputs))
+    return GraphModule(joint, graph)
+
+
+def split_joint(joint: GraphModule, io: GraphIO, saved: list[Node]) -> tuple[GraphModule, GraphIO, GraphModule, GraphIO]:
+    """Cut ``joint`` given the values to save; returns forward and backward with descriptors."""
+    placeholders = [n for n in joint.graph.nodes if n.op == "placeholder"]
+    outputs = _output_args(joint)
+    n_fwd = sum(1 for d in io.outputs if d.kind in ("mutation", "user"))
+    primals = [p for p, d in zip(placeholders, io.inputs) if d.kind != "tangent"]
+    tangents = [p for p, d in zip(placeholders, io.inputs) if d.kind == "tangent"]
+    forward_nodes = _ancestors(outputs[:n_fwd] + saved)
+    saved_set = set(saved)
+    backward_nodes = _ancestors(outputs[n_fwd:], stop=saved_set)
+    missing = [n.name for n in backward_nodes if n.op == "placeholder" and n not in saved_set and n not in tangents]
+    if missing:
+        raise RuntimeError(f"backward reads primals that are not saved: {', '.join(missing)}")
+    order = [n for n in joint.graph.nodes if n.op not in ("placeholder", "output")]
+    fw_body = [n for n in order if n in forward_nodes]
+    bw_body = [n for n in order if n in backward_nodes and n not in saved_set and n.op != "placeholder"]
+    forward = _build(joint, primals, fw_body, outputs[:n_fwd] + saved)
+    backward = _build(joint, saved + tangents, bw_body, outputs[n_fwd:])
+    fw_io = GraphIO(
+        inputs=[d for d in io.inputs if d.kind != "tangent"],
+        outputs=list(io.outputs[:n_fwd]) + [Desc("saved", k) for k in range(len(saved))],
+    )
+    bw_io = GraphIO(
+        inputs=[Desc("saved", k) for k in range(len(saved))] + [d for d in io.inputs if d.kind == "tangent"],
+        outputs=list(io.outputs[n_fwd:]),
+    )
+    return forward, fw_io, backward, bw_io
+
+
+def _saved_by_default(joint: GraphModule, io: GraphIO) -> list[Node]:
+    outputs = _output_args(joint)
+    n_fwd = sum(1 for d in io.outputs if d.kind in ("mutation", "user"))
+    forward = _ancestors(outputs[:n_fwd])
+    tangent_nodes = {
+        p for p, d in zip((n for n in joint.graph.nodes if n.op == "placeholder"), io.inputs) if d.kind == "tangent"
+    }
+    needed_by_backward = _ancestors(outputs[n_fwd:])
+    saved = []
+    for node in joint.graph.nodes:
+        if node.op == "output" or node in tangent_nodes:
+            continue
+        if node not in forward and node.op != "placeholder":
+            continue
+        if any(user in needed_by_backward and user not in forward for user in node.users):
+            saved.append(node)
+    return _no_tuple_saves(saved)
+
+
+def _no_tuple_saves(saved: list[Node]) -> list[Node]:
+    """Save the tensors a multi-output op produced, never the op's tuple itself."""
+    result: list[Node] = []
+    for node in saved:
+        if isinstance(node.meta.get("val"), (tuple, list)):
+            result.extend(u for u in node.users if u.target is operator.getitem and u not in result)
+        elif node not in result:
+            result.append(node)
+    return result
+
+
+def _install(program: Program, forward: GraphModule, fw_io: GraphIO, backward: GraphModule, bw_io: GraphIO) -> None:
+    for gm in (forward, backward):
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    program.drop_graph("joint")
+    program.set_graph("forward", forward, fw_io)
+    program.set_graph("backward", backward, bw_io)
+    saved_values = [n.meta.get("val") for n in backward.graph.nodes if n.op == "placeholder"][: len(
+        [d for d in bw_io.inputs if d.kind == "saved"]
+    )]
+    tensors = [v for v in saved_values if isinstance(v, torch.Tensor)]
+    program.record_stat("saved", len(tensors))
+    program.record_stat("saved_bytes", sum(t.numel() * t.element_size() for t in tensors))
+
+
+@graph_pass(
+    "partition.default", requires={"joint"}, produces={"partitioned"}, invalidates={"joint"}, training_only=True
+)
+def default_partition(program: Program) -> bool:
+    """Split joint into forward and backward, saving every forward value the backward reads."""
+    joint_gm = program.graphs["joint"]
+    io = program.io("joint")
+    saved = _saved_by_default(joint_gm, io)
+    _install(program, *split_joint(joint_gm, io, saved))
+    return True
+
+
+@graph_pass(
+    "partition.torch_min_cut",
+    requires={"joint"},
+    produces={"partitioned"},
+    invalidates={"joint"},
+    training_only=True,
+)
+def torch_min_cut(program: Program) -> bool:
+    """Split joint with torch's min-cut rematerialization partitioner (honours recompute tags)."""
+    joint_gm = program.graphs["joint"]
+    io = program.io("joint")
+    n_fwd = sum(1 for d in io.outputs if d.kind in ("mutation", "user"))
+    forward, backward = _torch.min_cut_partition(joint_gm, n_fwd)
+    fw_outputs = _output_args(forward)
+    saved_names = [getattr(n, "name", None) for n in fw_outputs[n_fwd:]]
+    bw_inputs = [n for n in backward.graph.nodes if n.op == "placeholder"]
+    tangent_descs = [d for d in io.inputs if d.kind == "tangent"]
+    bw_descs = []
+    for node in bw_inputs:
+        if node.name.startswith("tangents_"):
+            bw_descs.append(tangent_descs[int(node.name.split("_")[1]) - 1])
+        else:
+            bw_descs.append(Desc("saved", saved_names.index(node.name)))
+    fw_io = GraphIO(
+        inputs=[d for d in io.inputs if d.kind != "tangent"],
+        outputs=list(io.outputs[:n_fwd]) + [Desc("saved", k) for k in range(len(saved_names))],
+    )
+    bw_io = GraphIO(inputs=bw_descs, outputs=list(io.outputs[n_fwd:]))
+    _install(program, forward, fw_io, backward, bw_io)
+    return True
+
+
+@hookimpl
+def passkit_register_passes() -> list:
+    return [default_partition, torch_min_cut]

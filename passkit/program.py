@@ -1,0 +1,145 @@
+"""Own ``Program``: the state that every pass transforms.
+
+A program holds named FX graphs, a signature that describes every graph input and output with
+a descriptor (so passes never count positions), fake example inputs, the set of established
+facts, and after code generation one compiled callable per graph.
+
+Graph names are fixed: ``main`` before the joint step, ``joint`` after it, ``forward`` and
+``backward`` after partitioning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import torch
+from torch.fx import GraphModule
+
+__all__ = ["Desc", "GraphIO", "InputInfo", "OutputInfo", "Signature", "Program", "GRAPH_NAMES"]
+
+GRAPH_NAMES = ("main", "joint", "forward", "backward")
+
+DescKind = Literal["param", "buffer", "user", "tangent", "mutation", "grad", "saved"]
+
+
+@dataclass(frozen=True)
+class Desc:
+    """What one graph input or output is.
+
+    Inputs are ``param``, ``buffer``, ``user`` (index: position in the program's inputs) or
+    ``tangent`` (index: position of the graph output it is the cotangent of, in ``main``'s
+    outputs). Outputs are ``user`` (index: the user output), ``mutation`` and ``grad``
+    (index: the program input) or ``saved`` (index: ordinal among saved values).
+    """
+
+    kind: DescKind
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.kind}[{self.index}]"
+
+
+@dataclass
+class GraphIO:
+    """The descriptors of one graph's placeholders and outputs, in order."""
+
+    inputs: list[Desc]
+    outputs: list[Desc]
+
+    def output_positions(self, kind: DescKind) -> list[int]:
+        return [i for i, d in enumerate(self.outputs) if d.kind == kind]
+
+
+@dataclass
+class InputInfo:
+    """One input of the compiled callable, with the mutations the program makes to it."""
+
+    name: str
+    kind: Literal["param", "buffer", "user"]
+    is_tensor: bool = True
+    requires_grad: bool = False
+    is_leaf: bool = True
+    mutates_data: bool = False
+    mutates_metadata: bool = False
+    mutated_under_no_grad: bool = False
+
+    @property
+    def mutated(self) -> bool:
+        return self.mutates_data or self.mutates_metadata
+
+
+@dataclass
+class OutputInfo:
+    """One user output of the compiled callable, with what is needed to regenerate aliases."""
+
+    is_tensor: bool = True
+    requires_grad: bool = False
+    alias_of_input: int | None = None
+    is_input: bool = False
+    view: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
+
+
+@dataclass
+class Signature:
+    """The callable's interface and every graph's descriptors."""
+
+    inputs: list[InputInfo]
+    outputs: list[OutputInfo]
+    graph_io: dict[str, GraphIO] = field(default_factory=dict)
+
+    @property
+    def mutated_inputs(self) -> list[int]:
+        return [i for i, info in enumerate(self.inputs) if info.mutated]
+
+
+@dataclass
+class Program:
+    """Named FX graphs plus their signature, fake example inputs, facts and compiled code."""
+
+    graphs: dict[str, GraphModule]
+    signature: Signature
+    example_inputs: list[Any]
+    fake_mode: Any = None
+    facts: set[str] = field(default_factory=set)
+    compiled: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    training: bool = False
+    notes: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def record_stat(self, key: str, value: Any) -> None:
+        """Attach a figure to the current step's report row (for example saved bytes)."""
+        self.stats[key] = value
+
+    def io(self, graph: str) -> GraphIO:
+        return self.signature.graph_io[graph]
+
+    def set_graph(self, name: str, gm: GraphModule, io: GraphIO) -> None:
+        """Install ``gm`` under ``name`` with its descriptors."""
+        self.graphs[name] = gm
+        self.signature.graph_io[name] = io
+
+    def drop_graph(self, name: str) -> None:
+        self.graphs.pop(name, None)
+        self.signature.graph_io.pop(name, None)
+        self.compiled.pop(name, None)
+
+    def node_count(self) -> int:
+        return sum(len(gm.graph.nodes) for gm in self.graphs.values())
+
+    def graph_hash(self) -> str:
+        """Hash of every graph's generated code: how the runner decides a step changed things."""
+        digest = hashlib.sha256()
+        for name in sorted(self.graphs):
+            digest.update(name.encode())
+            digest.update(self.graphs[name].code.encode())
+        return digest.hexdigest()
+
+    def describe(self) -> str:
+        graphs = ", ".join(f"{n} ({len(g.graph.nodes)} nodes)" for n, g in self.graphs.items())
+        return f"Program[{'training' if self.training else 'inference'}]: {graphs}; facts: {sorted(self.facts)}"
+
+
+def is_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor)

@@ -1,0 +1,131 @@
+"""Own the runtime wrapper: calling a compiled program the way eager would have run it.
+
+Training programs run through a ``torch.autograd.Function`` whose forward calls the compiled
+``forward`` graph and whose backward calls the compiled ``backward`` graph. Around it the wrapper
+writes input mutations back (BatchNorm running stats, ``x.add_()`` on an input, ``t_()``),
+regenerates outputs that alias inputs so that ``out._base is inp`` holds as in eager, and
+restores grad mode. Every routing decision comes from the signature's descriptors.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+from passkit.errors import PasskitError
+from passkit.program import InputInfo, OutputInfo, Program
+
+__all__ = ["CompiledProgram", "DOUBLE_BACKWARD_ERROR"]
+
+DOUBLE_BACKWARD_ERROR = (
+    "double backward through a passkit-compiled program is not supported; "
+    "compute higher-order gradients in eager mode"
+)
+
+
+class _CompiledFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, runtime: CompiledProgram, *args: Any) -> tuple[Any, ...]:  # type: ignore[override]
+        outs = runtime.forward_fn(*args)
+        n_visible = runtime.n_visible
+        saved = list(outs[n_visible:])
+        for k in runtime.saved_inputs_to_clone(saved, args):
+            saved[k] = saved[k].clone()
+        tensor_slots = [k for k, v in enumerate(saved) if isinstance(v, torch.Tensor)]
+        ctx.save_for_backward(*(saved[k] for k in tensor_slots))
+        ctx.tensor_slots = tensor_slots
+        ctx.other_saved = {k: v for k, v in enumerate(saved) if not isinstance(v, torch.Tensor)}
+        ctx.n_saved = len(saved)
+        ctx.runtime = runtime
+        visible = tuple(outs[:n_visible])
+        non_diff = [visible[k] for k in runtime.non_differentiable if isinstance(visible[k], torch.Tensor)]
+        if non_diff:
+            ctx.mark_non_differentiable(*non_diff)
+        return visible
+
+    @staticmethod
+    def backward(ctx: Any, *grad_outputs: Any) -> tuple[Any, ...]:  # type: ignore[override]
+        if torch.is_grad_enabled():
+            raise PasskitError(DOUBLE_BACKWARD_ERROR)
+        runtime: CompiledProgram = ctx.runtime
+        saved: list[Any] = [None] * ctx.n_saved
+        for slot, tensor in zip(ctx.tensor_slots, ctx.saved_tensors):
+            saved[slot] = tensor
+        for slot, value in ctx.other_saved.items():
+            saved[slot] = value
+        bw_args = [saved[i] if is_saved else grad_outputs[i] for is_saved, i in runtime.backward_gather]
+        grads = runtime.backward_fn(*bw_args)
+        result: list[Any] = [None] * runtime.n_inputs
+        for target, grad in zip(runtime.grad_targets, grads):
+            result[target] = grad
+        return (None, *result)
+
+
+class CompiledProgram:
+    """A compiled program as a callable over flat inputs, returning a tuple of user outputs."""
+
+    def __init__(self, program: Program) -> None:
+        sig = program.signature
+        self.inputs: list[InputInfo] = sig.inputs
+        self.outputs: list[OutputInfo] = sig.outputs
+        self.n_inputs = len(sig.inputs)
+        self.training = "forward" in program.graphs
+        graph = "forward" if self.training else "main"
+        io = program.io(graph)
+        visible = [d for d in io.outputs if d.kind in ("mutation", "user")]
+        self.n_visible = len(visible)
+        self.mutation_slots = [(k, d.index) for k, d in enumerate(visible) if d.kind == "mutation"]
+        self.user_slots = [k for k, d in enumerate(visible) if d.kind == "user"]
+        self.data_mutated = {i for i, info in enumerate(sig.inputs) if info.mutates_data}
+        if self.training:
+            self.forward_fn: Callable[..., Any] = program.compiled["forward"]
+            self.backward_fn: Callable[..., Any] = program.compiled["backward"]
+            bw_io = program.io("backward")
+            self.backward_gather = [(d.kind == "saved", d.index) for d in bw_io.inputs]
+            differentiable = {d.index for d in bw_io.inputs if d.kind == "tangent"}
+            self.non_differentiable = [k for k in range(self.n_visible) if k not in differentiable]
+            self.grad_targets = [d.index for d in bw_io.outputs]
+        else:
+            self.main_fn: Callable[..., Any] = program.compiled["main"]
+
+    def saved_inputs_to_clone(self, saved: Sequence[Any], args: Sequence[Any]) -> list[int]:
+        """Saved values that are inputs the wrapper will overwrite: the backward needs the old data."""
+        if not self.data_mutated:
+            return []
+        mutated = [args[i] for i in self.data_mutated]
+        return [k for k, v in enumerate(saved) if any(v is m for m in mutated)]
+
+    def __call__(self, *args: Any) -> tuple[Any, ...]:
+        grad_enabled = torch.is_grad_enabled()
+        if self.training:
+            visible = _CompiledFunction.apply(self, *args)
+        else:
+            visible = self.main_fn(*args)
+            torch._C._set_grad_enabled(grad_enabled)
+        for k, index in self.mutation_slots:
+            self._write_back(args[index], visible[k], self.inputs[index])
+        return tuple(self._user_output(args, visible[k], info) for k, info in zip(self.user_slots, self.outputs))
+
+    @staticmethod
+    def _write_back(target: torch.Tensor, new: torch.Tensor, info: InputInfo) -> None:
+        if info.mutates_metadata:
+            with torch.no_grad():
+                target.as_strided_(new.size(), new.stride(), new.storage_offset())
+        if not info.mutates_data:
+            return
+        if info.requires_grad and not info.mutated_under_no_grad and torch.is_grad_enabled():
+            target.copy_(new)  # differentiable: later uses see the new value's history
+        else:
+            with torch.no_grad():
+                target.copy_(new)
+
+    @staticmethod
+    def _user_output(args: Sequence[Any], value: Any, info: OutputInfo) -> Any:
+        if info.alias_of_input is None:
+            return value
+        base = args[info.alias_of_input]
+        if info.is_input:
+            return base
+        size, stride, offset = info.view  # type: ignore[misc]
+        return base.as_strided(size, stride, offset)
