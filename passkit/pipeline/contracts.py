@@ -1,0 +1,126 @@
+"""Own the fact-contract check: does each step find the facts it requires, in order?
+
+Facts start as ``{"captured"}``. A training plan skips steps with ``when = "inference"``; an
+inference plan skips ``when = "training"`` steps and training-only passes. Disabled steps never
+run. After each step its pass's ``produces`` are added and its ``invalidates`` removed. The plan
+must end with ``compiled``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from passkit.errors import PipelineError
+
+if TYPE_CHECKING:
+    from passkit.pass_api import Pass
+    from passkit.pipeline.model import Pipeline, Step
+    from passkit.registry import Registry
+
+__all__ = ["check_contracts", "step_applies", "INITIAL_FACTS", "FINAL_FACT"]
+
+INITIAL_FACTS = frozenset({"captured"})
+FINAL_FACT = "compiled"
+PREFERRED_CODEGEN = "codegen.python"
+
+
+def step_applies(step: Step, pass_: Pass, *, training: bool) -> bool:
+    """Whether ``step`` runs in a training (or inference) plan."""
+    if not step.enabled:
+        return False
+    if training:
+        return step.when != "inference"
+    return step.when != "training" and not pass_.training_only
+
+
+def _why_skipped(step: Step, pass_: Pass) -> str:
+    if not step.enabled:
+        return f"step {step.id!r} is disabled (by {step.origin.get('enabled', '?')})"
+    if step.when is not None:
+        return f'step {step.id!r} has when = "{step.when}"'
+    return f"step {step.id!r} runs only for training"
+
+
+def _passes(pipeline: Pipeline, registry: Registry) -> list[Pass]:
+    found = []
+    for step in pipeline.steps:
+        entry = registry.passes.get(step.pass_name)
+        if entry is None:
+            raise PipelineError(f"{step.location or pipeline.label}: unknown pass {step.pass_name!r}")
+        found.append(entry.pass_)
+    return found
+
+
+def _add_hint(fact: str, registry: Registry) -> str:
+    producers = registry.producers(fact)
+    if not producers:
+        return "; no registered pass produces it"
+    return f"; add a {' or '.join(repr(name) for name in producers)} step before it"
+
+
+def check_contracts(pipeline: Pipeline, registry: Registry, *, training: bool) -> None:
+    """Raise ``PipelineError`` at the first step whose required facts are not established.
+
+    The message names the step, its position in its file, the missing fact and what would
+    produce it.
+    """
+    passes = _passes(pipeline, registry)
+    # Only say which plan failed when the pipeline has two.
+    plan_note = " for inference" if not training and pipeline.can_train else ""
+    facts = set(INITIAL_FACTS)
+    invalidated_by: dict[str, str] = {}
+    for position, (step, pass_) in enumerate(zip(pipeline.steps, passes, strict=True)):
+        if not step_applies(step, pass_, training=training):
+            continue
+        missing = sorted(pass_.requires - facts)
+        if missing:
+            fact = missing[0]
+            raise PipelineError(
+                f"{step.location}: requires fact {fact!r}, "
+                + _explain_missing(pipeline, passes, position, fact, registry, training, plan_note, invalidated_by)
+            )
+        facts |= pass_.produces
+        facts -= pass_.invalidates
+        for fact in pass_.produces:
+            invalidated_by.pop(fact, None)
+        for fact in pass_.invalidates:
+            invalidated_by[fact] = step.id
+    if FINAL_FACT not in facts:
+        raise PipelineError(
+            f"{pipeline.label}: no step produces fact {FINAL_FACT!r}{plan_note}"
+            + _final_hint(pipeline, passes, registry, training)
+        )
+
+
+def _explain_missing(
+    pipeline: Pipeline,
+    passes: list[Pass],
+    position: int,
+    fact: str,
+    registry: Registry,
+    training: bool,
+    plan_note: str,
+    invalidated_by: dict[str, str],
+) -> str:
+    if fact in invalidated_by:
+        return f"which the earlier step {invalidated_by[fact]!r} invalidates"
+    text = f"which no earlier step produces{plan_note}"
+    steps = pipeline.steps
+    for earlier, pass_ in zip(steps[:position], passes[:position], strict=True):
+        if fact in pass_.produces and not step_applies(earlier, pass_, training=training):
+            text += f" ({_why_skipped(earlier, pass_)})"
+            if not training and earlier.enabled:
+                return text + '; set when = "training" on this step'
+            return text
+    return text + _add_hint(fact, registry)
+
+
+def _final_hint(pipeline: Pipeline, passes: list[Pass], registry: Registry, training: bool) -> str:
+    for step, pass_ in zip(pipeline.steps, passes, strict=True):
+        if FINAL_FACT in pass_.produces and not step_applies(step, pass_, training=training):
+            return f" ({_why_skipped(step, pass_)})"
+    producers = registry.producers(FINAL_FACT)
+    if not producers:
+        return "; no registered pass produces it"
+    example = PREFERRED_CODEGEN if PREFERRED_CODEGEN in producers else producers[0]
+    return f"; end the pipeline with a codegen step such as {example!r}"

@@ -1,0 +1,137 @@
+"""Own loading a pipeline: find the file (by name or path), read TOML, follow ``extends``,
+validate everything and check the fact contracts, before any step runs.
+
+Loading never runs code from the file: TOML is data, and only installed plugins provide passes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from passkit.errors import PipelineError
+from passkit.pipeline.contracts import check_contracts
+from passkit.pipeline.messages import did_you_mean, display_path
+from passkit.pipeline.model import Pipeline
+from passkit.pipeline.overlay import Draft, apply_file, check_top_level, finalize, read_header
+
+if TYPE_CHECKING:
+    from passkit.registry import Registry
+
+__all__ = ["load_pipeline", "is_pipeline_name", "read_toml"]
+
+_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+_TOML_AT_END = re.compile(r"\s*\(at end of document\)$")
+
+# Parsed documents by (resolved path, mtime, size): TOML parsing is pure, so this is safe.
+_parsed: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+
+def is_pipeline_name(text: str) -> bool:
+    """Whether ``text`` names a registered pipeline rather than a path to a file."""
+    separators = {"/", os.sep} | ({os.altsep} if os.altsep else set())
+    return not any(sep in text for sep in separators) and not text.endswith(".toml")
+
+
+def _syntax_error(file: str, text: str, exc: tomllib.TOMLDecodeError) -> PipelineError:
+    message = str(exc)
+    match = _TOML_POSITION.search(message)
+    if match:
+        line, column = match.group(1), match.group(2)
+        message = message[: match.start()]
+    else:
+        lines = text.split("\n")
+        line, column = str(len(lines)), str(len(lines[-1]) + 1)
+        message = _TOML_AT_END.sub("", message)
+    return PipelineError(f"{file}:{line}:{column}: invalid TOML: {message}")
+
+
+def read_toml(path: Path, file: str) -> dict[str, Any]:
+    """Parse ``path``; errors name ``file`` (and line and column for syntax errors).
+
+    The returned document is shared with a cache: treat it as read-only.
+    """
+    try:
+        stat = path.stat()
+    except OSError:
+        raise PipelineError(f"passkit: pipeline file not found: {file}") from None
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    cached = _parsed.get(key)
+    if cached is not None:
+        return cached
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PipelineError(f"{file}: cannot read: {type(exc).__name__}: {exc}") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise _syntax_error(file, text, exc) from None
+    _parsed[key] = doc
+    return doc
+
+
+def _locate(reference: str | Path, registry: Registry, referrer: tuple[Path, str] | None) -> tuple[Path, str]:
+    """Resolve a pipeline name or path to (path, display name); ``referrer`` is the extending file."""
+    prefix = f"{referrer[1]}: extends" if referrer else "passkit"
+    if isinstance(reference, str) and is_pipeline_name(reference):
+        path = registry.pipelines.get(reference)
+        if path is None:
+            known = sorted(registry.pipelines)
+            hint = did_you_mean(reference, known)
+            if not hint:
+                hint = f"; registered pipelines: {', '.join(known)}" if known else "; no pipelines are registered"
+            raise PipelineError(f"{prefix}: unknown pipeline {reference!r}{hint}")
+        return path, display_path(path)
+    path = Path(reference)
+    if referrer is not None and not path.is_absolute():
+        path = referrer[0].parent / path
+    file = display_path(path)
+    if not path.is_file():
+        shown = file if referrer is not None else str(reference)
+        raise PipelineError(f"{prefix}: pipeline file not found: {shown}")
+    return path, file
+
+
+def _resolve(path: Path, file: str, registry: Registry, chain: tuple[tuple[Path, str], ...]) -> Draft:
+    """Read ``path`` and everything it extends into a draft, base first."""
+    resolved = path.resolve()
+    if any(resolved == seen for seen, _ in chain):
+        cycle = " -> ".join([*(name for _, name in chain), file])
+        raise PipelineError(f"{chain[0][1]}: extends cycle: {cycle}")
+    doc = read_toml(path, file)
+    check_top_level(doc, file)
+    header = read_header(doc, file)
+    if header.extends is not None:
+        base_path, base_file = _locate(header.extends, registry, referrer=(path, file))
+        draft = _resolve(base_path, base_file, registry, (*chain, (resolved, file)))
+    else:
+        draft = Draft()
+    apply_file(draft, doc, header, path, file, registry)
+    return draft
+
+
+def load_pipeline(name_or_path: str | Path | Pipeline, *, registry: Registry | None = None) -> Pipeline:
+    """Load, validate and contract-check a pipeline given by name, by path, or as a ``Pipeline``.
+
+    A str without a path separator and without a ``.toml`` suffix names a registered pipeline;
+    anything else is a path. The contracts are checked for the training plan when the pipeline
+    can train, else for the inference plan.
+
+    Raises:
+        PipelineError: one line, starting with the file that holds the mistake.
+    """
+    if isinstance(name_or_path, Pipeline):
+        return name_or_path
+    if registry is None:
+        from passkit.registry import get_registry
+
+        registry = get_registry()
+    path, file = _locate(name_or_path, registry, referrer=None)
+    draft = _resolve(path, file, registry, ())
+    pipeline = finalize(draft, source=path)
+    check_contracts(pipeline, registry, training=pipeline.can_train)
+    return pipeline

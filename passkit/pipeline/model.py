@@ -1,0 +1,167 @@
+"""Own the resolved pipeline: ``Settings``, ``Step`` and ``Pipeline``, with provenance.
+
+These are what loading a pipeline file produces and what the runner consumes. Every resolved
+value remembers the file that set it (``"<default>"`` when nothing did, ``"<argument>"`` when
+``with_settings`` did), and ``Pipeline.explain()`` shows it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import pydantic
+
+from passkit.errors import PipelineError
+from passkit.pipeline.messages import (
+    ARGUMENT_ORIGIN,
+    did_you_mean,
+    display_path,
+    first_validation_error,
+)
+
+if TYPE_CHECKING:
+    from passkit.registry import Registry
+
+__all__ = ["Settings", "Step", "Pipeline", "options_json"]
+
+
+class Settings(pydantic.BaseModel):
+    """The ``[settings]`` table: how the runner runs the steps (not what they compute)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    verify: Literal["off", "facts", "numerics"] = "off"
+    dump: Literal["off", "changed", "all"] = "off"
+    dump_dir: str = "passkit-dump"
+    on_error: Literal["raise", "eager"] = "raise"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One use of a pass in the resolved plan."""
+
+    position: int  # 0-based index in the resolved plan
+    id: str  # defaults to the pass name
+    pass_name: str
+    options: pydantic.BaseModel  # the pass's own validated options model instance
+    when: Literal["training", "inference"] | None
+    enabled: bool
+    origin: dict[str, str]  # "pass", "when", "enabled", each option -> file that set it
+    # Where the step was written, for messages: "x.toml: steps[1] (partition.default)".
+    location: str = ""
+
+
+def options_json(options: pydantic.BaseModel) -> dict[str, Any]:
+    """Option values as JSON-able data (``repr`` for values pydantic cannot serialise)."""
+    try:
+        return options.model_dump(mode="json")
+    except Exception:  # arbitrary option types (callables, tensors) have no JSON form
+        return {key: _jsonable(value) for key, value in dict(options).items()}
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return repr(value)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A validated, resolved pipeline: settings and ordered steps, with provenance."""
+
+    name: str
+    description: str
+    source: Path | None
+    settings: Settings
+    settings_origin: dict[str, str]
+    steps: tuple[Step, ...]
+    files: tuple[Path, ...] = ()  # the extends chain, base first
+
+    @property
+    def can_train(self) -> bool:
+        """Whether an enabled step builds the joint graph, so a training program can run."""
+        return any(step.enabled and step.pass_name == "joint" for step in self.steps)
+
+    @property
+    def label(self) -> str:
+        """What messages about the whole pipeline start with: its file, else its name."""
+        return display_path(self.source) if self.source is not None else self.name
+
+    def step(self, step_id: str) -> Step:
+        """The step with id ``step_id``; KeyError if none has it."""
+        for step in self.steps:
+            if step.id == step_id:
+                return step
+        raise KeyError(step_id)
+
+    def with_settings(self, **overrides: Any) -> Pipeline:
+        """A copy with some settings replaced (validated; origin ``"<argument>"``).
+
+        ``None`` values are ignored, so callers can pass optional arguments straight through.
+        """
+        given = {key: value for key, value in overrides.items() if value is not None}
+        if not given:
+            return self
+        known = list(Settings.model_fields)
+        for key in given:
+            if key not in known:
+                hint = did_you_mean(key, known) or f"; settings are {', '.join(known)}"
+                raise PipelineError(f"passkit: unknown setting {key!r}{hint}")
+        if isinstance(given.get("dump_dir"), Path):
+            given["dump_dir"] = str(given["dump_dir"])
+        try:
+            settings = Settings.model_validate({**self.settings.model_dump(), **given}, strict=True)
+        except pydantic.ValidationError as exc:
+            where, message = first_validation_error(exc)
+            raise PipelineError(f"passkit: settings{where}: {message}") from None
+        origin = {**self.settings_origin, **{key: ARGUMENT_ORIGIN for key in given}}
+        return dataclasses.replace(self, settings=settings, settings_origin=origin)
+
+    def explain(self) -> dict[str, Any]:
+        """The resolved plan as JSON-able data, each value with the file that set it."""
+        settings = self.settings.model_dump(mode="json")
+        return {
+            "name": self.name,
+            "description": self.description,
+            "source": display_path(self.source) if self.source is not None else None,
+            "files": [display_path(path) for path in self.files],
+            "can_train": self.can_train,
+            "settings": {key: {"value": settings[key], "from": self.settings_origin[key]} for key in settings},
+            "steps": [_explain_step(step) for step in self.steps],
+        }
+
+    def fingerprint(self, registry: Registry) -> str:
+        """Hash of what the plan computes: each step's pass, options, ``when``, ``enabled`` and
+        the pass's own fingerprint. Settings are left out: they change how steps are observed
+        (dumps, verification), not the compiled result.
+        """
+        plan = []
+        for step in self.steps:
+            try:
+                pass_fingerprint = registry.get_pass(step.pass_name).fingerprint()
+            except KeyError:
+                raise PipelineError(f"{step.location or self.label}: unknown pass {step.pass_name!r}") from None
+            options = options_json(step.options)
+            plan.append([step.id, step.pass_name, step.when, step.enabled, options, pass_fingerprint])
+        text = json.dumps(plan, sort_keys=True, default=repr)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _explain_step(step: Step) -> dict[str, Any]:
+    options = options_json(step.options)
+    return {
+        "position": step.position,
+        "id": step.id,
+        "pass": step.pass_name,
+        "when": step.when,
+        "enabled": step.enabled,
+        "from": {key: step.origin[key] for key in ("pass", "when", "enabled")},
+        "options": {key: {"value": value, "from": step.origin.get(key, "")} for key, value in options.items()},
+    }

@@ -1,0 +1,78 @@
+"""Own the pytest plugin for pass authors (entry point ``pytest11``).
+
+Fixtures:
+- ``passkit_plugin_manager``: a fresh plugin manager (built-ins and installed plugins), so a test
+  can register its own plugin without touching the process-wide one;
+- ``make_program``: build a captured ``Program`` from a function and example inputs.
+
+Assertion: ``assert_pass_preserves_numerics(pass_, program, **options)`` runs a pass on a
+program and fails, naming the largest difference, if the program now computes something else.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import pytest
+
+__all__ = ["assert_pass_preserves_numerics", "make_program", "passkit_plugin_manager"]
+
+
+@pytest.fixture
+def passkit_plugin_manager() -> Any:
+    """A fresh ``pluggy.PluginManager`` with passkit's hookspecs, built-ins and entry points."""
+    from passkit.plugins import make_plugin_manager
+
+    return make_plugin_manager()
+
+
+@pytest.fixture
+def make_program() -> Callable[..., Any]:
+    """``make_program(fn, *inputs, passes=("functionalize",))`` → a ``Program`` ready for a pass.
+
+    The program is captured with ``make_fx`` and then run through the named built-in passes,
+    so a pass that requires ``functional`` (or ``joint``) gets a program that has it.
+    """
+    from passkit.capture import program_from_function
+    from passkit.evaluate import Reference
+    from passkit.registry import get_registry
+
+    def build(fn: Callable[..., Any], *inputs: Any, passes: Sequence[str] = ("functionalize",)) -> Any:
+        program = program_from_function(fn, list(inputs))
+        program.notes["real_inputs"] = list(inputs)
+        program.notes["reference"] = Reference(program, list(inputs))
+        registry = get_registry()
+        for name in passes:
+            pass_ = registry.get_pass(name)
+            pass_.run(program)
+            program.facts |= pass_.produces
+            program.facts -= pass_.invalidates
+        return program
+
+    return build
+
+
+def assert_pass_preserves_numerics(pass_: Any, program: Any, **options: Any) -> bool:
+    """Run ``pass_`` (a Pass or a registered name) on ``program``; fail if numerics change.
+
+    Returns whether the graphs changed, judged by their code hash.
+    """
+    from passkit.evaluate import Reference
+    from passkit.registry import get_registry
+
+    if isinstance(pass_, str):
+        pass_ = get_registry().get_pass(pass_)
+    reference = program.notes.get("reference")
+    if reference is None:
+        real = program.notes.get("real_inputs")
+        if real is None:
+            raise ValueError("build the program with the make_program fixture, which keeps its inputs")
+        reference = Reference(program, real)
+    before = program.graph_hash()
+    pass_.run(program, pass_.options(**options))
+    program.facts |= pass_.produces
+    program.facts -= pass_.invalidates
+    deviation = reference.compare(program)
+    if deviation is not None:
+        pytest.fail(f"pass {pass_.name} changed numerics: {deviation}", pytrace=False)
+    return program.graph_hash() != before

@@ -1,0 +1,109 @@
+"""Fact contracts of training and inference plans, and how fast loading is."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from passkit.errors import PipelineError
+from passkit.pipeline import check_contracts, load_pipeline
+
+
+def test_a_training_pipeline_also_passes_its_inference_plan(base, registry):
+    pipeline = load_pipeline("base.toml", registry=registry)
+    check_contracts(pipeline, registry, training=True)
+    check_contracts(pipeline, registry, training=False)  # joint and partition are skipped
+
+
+def test_inference_plan_names_the_training_only_producer(write, registry):
+    write(
+        "x.toml",
+        "[[steps]]\npass = 'functionalize'\n[[steps]]\npass = 'joint'\n"
+        "[[steps]]\npass = 'partition.default'\n[[steps]]\npass = 'acme.after_partition'\n"
+        "[[steps]]\npass = 'codegen.python'\n",
+    )
+    pipeline = load_pipeline("x.toml", registry=registry)  # the training plan is fine
+    with pytest.raises(PipelineError) as info:
+        check_contracts(pipeline, registry, training=False)
+    assert str(info.value) == (
+        "x.toml: steps[3] (acme.after_partition): requires fact 'partitioned', which no earlier step produces "
+        "for inference (step 'partition.default' runs only for training); set when = \"training\" on this step"
+    )
+
+
+def test_when_training_steps_are_skipped_for_inference(write, registry):
+    write(
+        "x.toml",
+        "[[steps]]\npass = 'functionalize'\n[[steps]]\npass = 'joint'\n"
+        "[[steps]]\npass = 'partition.default'\n[[steps]]\npass = 'acme.after_partition'\nwhen = 'training'\n"
+        "[[steps]]\npass = 'codegen.python'\n",
+    )
+    check_contracts(load_pipeline("x.toml", registry=registry), registry, training=False)
+
+
+def test_when_inference_steps_are_skipped_for_training(write, registry):
+    write(
+        "x.toml",
+        "[[steps]]\npass = 'functionalize'\n[[steps]]\npass = 'joint'\n"
+        "[[steps]]\npass = 'partition.default'\n[[steps]]\npass = 'codegen.python'\nwhen = 'inference'\n",
+    )
+    with pytest.raises(PipelineError) as info:
+        load_pipeline("x.toml", registry=registry)
+    assert str(info.value) == (
+        "x.toml: no step produces fact 'compiled' (step 'codegen.python' has when = \"inference\")"
+    )
+
+
+def test_inference_plan_of_a_training_pipeline_says_so(write, registry):
+    write(
+        "x.toml",
+        "[[steps]]\npass = 'functionalize'\n[[steps]]\npass = 'joint'\n"
+        "[[steps]]\npass = 'partition.default'\n[[steps]]\npass = 'codegen.python'\nwhen = 'training'\n",
+    )
+    pipeline = load_pipeline("x.toml", registry=registry)
+    with pytest.raises(PipelineError) as info:
+        check_contracts(pipeline, registry, training=False)
+    assert str(info.value) == (
+        "x.toml: no step produces fact 'compiled' for inference (step 'codegen.python' has when = \"training\")"
+    )
+
+
+def test_a_pipeline_without_joint_is_checked_as_inference(write, registry):
+    # partition would need 'joint'; inference plans skip training-only passes, so this loads.
+    write(
+        "x.toml",
+        "[[steps]]\npass = 'functionalize'\n[[steps]]\npass = 'partition.default'\n"
+        "[[steps]]\npass = 'codegen.python'\n",
+    )
+    assert not load_pipeline("x.toml", registry=registry).can_train
+
+
+def test_a_producer_restores_an_invalidated_fact(write, registry):
+    write(
+        "x.toml",
+        "[[steps]]\npass = 'functionalize'\n[[steps]]\npass = 'joint'\n"
+        "[[steps]]\npass = 'partition.default'\n[[steps]]\npass = 'joint'\nid = 'joint.again'\n"
+        "[[steps]]\npass = 'partition.torch_min_cut'\n[[steps]]\npass = 'codegen.python'\n",
+    )
+    load_pipeline("x.toml", registry=registry)
+
+
+def test_loading_a_50_step_pipeline_is_fast(write, registry):
+    lines = [
+        "[settings]\nverify = 'facts'\n",
+        "[[steps]]\npass = 'functionalize'\n",
+        "[[steps]]\npass = 'joint'\n",
+        "[[steps]]\npass = 'partition.torch_min_cut'\nmemory_budget = 0.5\n",
+    ]
+    for index in range(46):
+        lines.append(f"[[steps]]\npass = 'decompose'\nid = 'd{index}'\ntables = ['core_aten']\nkeep = ['x']\n")
+    lines.append("[[steps]]\npass = 'codegen.python'\n")
+    write("big.toml", "".join(lines))
+    assert len(load_pipeline("big.toml", registry=registry).steps) == 50
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        load_pipeline("big.toml", registry=registry)
+        best = min(best, time.perf_counter() - started)
+    assert best < 0.05, f"loading 50 steps took {best * 1000:.1f} ms"
