@@ -13,6 +13,7 @@ import hashlib
 import inspect
 import re
 import textwrap
+import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -73,7 +74,8 @@ class Pass:
         rows = []
         for key, info in self.options_model.model_fields.items():
             annotation = info.annotation
-            type_name = getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+            generic = typing.get_origin(annotation) is not None
+            type_name = (None if generic else getattr(annotation, "__name__", None)) or str(annotation).replace("typing.", "")
             default = None if info.is_required() else info.get_default(call_default_factory=True)
             rows.append({"name": key, "type": type_name, "default": default, "required": info.is_required()})
         return rows
@@ -103,8 +105,6 @@ def _options_from_signature(name: str, fn: Callable[..., Any]) -> type[pydantic.
 
 
 def _resolved_hints(fn: Callable[..., Any]) -> dict[str, Any]:
-    import typing
-
     try:
         return typing.get_type_hints(fn)
     except Exception:  # unresolved forward references: fall back to raw annotations

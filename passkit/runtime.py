@@ -77,7 +77,7 @@ class CompiledProgram:
         self.n_visible = len(visible)
         self.mutation_slots = [(k, d.index) for k, d in enumerate(visible) if d.kind == "mutation"]
         self.user_slots = [k for k, d in enumerate(visible) if d.kind == "user"]
-        self.data_mutated = {i for i, info in enumerate(sig.inputs) if info.mutates_data}
+        self.mutated = [i for i, info in enumerate(sig.inputs) if info.mutated]
         if self.training:
             self.forward_fn: Callable[..., Any] = program.compiled["forward"]
             self.backward_fn: Callable[..., Any] = program.compiled["backward"]
@@ -90,11 +90,18 @@ class CompiledProgram:
             self.main_fn: Callable[..., Any] = program.compiled["main"]
 
     def saved_inputs_to_clone(self, saved: Sequence[Any], args: Sequence[Any]) -> list[int]:
-        """Saved values that are inputs the wrapper will overwrite: the backward needs the old data."""
-        if not self.data_mutated:
+        """Saved values sharing storage with inputs the wrapper will overwrite.
+
+        The backward needs the old data, and autograd would reject the bumped version counter.
+        """
+        if not self.mutated:
             return []
-        mutated = [args[i] for i in self.data_mutated]
-        return [k for k, v in enumerate(saved) if any(v is m for m in mutated)]
+        storages = {args[i].untyped_storage().data_ptr() for i in self.mutated}
+        return [
+            k
+            for k, v in enumerate(saved)
+            if isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() in storages
+        ]
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         grad_enabled = torch.is_grad_enabled()

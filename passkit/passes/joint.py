@@ -25,13 +25,29 @@ from passkit.program import Desc, GraphIO, Program
 __all__ = ["joint", "make_joint_fn", "JointPlan"]
 
 
+def _differentiable_copy(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    return torch.empty_like(dst).copy_(src, non_blocking=non_blocking)
+
+
+# Functionalization emits these functional ops, which have no autograd formula; under autograd
+# they run as an equivalent that has one.
+_DIFFERENTIABLE_FORMS: dict[Any, Any] = {torch.ops.aten.copy.default: _differentiable_copy}
+
+
+def _differentiable_form(target: Any) -> Any:
+    return _DIFFERENTIABLE_FORMS.get(target, target)
+
+
 class _LeafInterpreter(torch.fx.Interpreter):
-    """Run main, turning chosen nodes' values into fresh autograd leaves."""
+    """Run main under autograd, turning chosen nodes' values into fresh autograd leaves."""
 
     def __init__(self, gm: GraphModule, leaf_nodes: dict[Node, int]) -> None:
         super().__init__(gm)
         self.leaf_nodes = leaf_nodes
         self.leaves: list[tuple[int, torch.Tensor]] = []
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        return super().call_function(_differentiable_form(target), args, kwargs)
 
     def run_node(self, n: Node) -> Any:
         value = super().run_node(n)
@@ -49,8 +65,14 @@ class JointPlan:
         self.io = program.io("main")
         inputs = program.signature.inputs
         self.grad_inputs = [i for i, info in enumerate(inputs) if info.requires_grad]
+        output_node = next(n for n in reversed(self.main.graph.nodes) if n.op == "output")
+        self.leaf_nodes = {
+            output_node.args[0][k]: d.index
+            for k, d in enumerate(self.io.outputs)
+            if d.kind == "mutation" and inputs[d.index].requires_grad and inputs[d.index].mutated_under_no_grad
+        }
         with program.fake_mode, torch.enable_grad():
-            outs = self.main(*program.example_inputs)
+            outs = _LeafInterpreter(self.main, self.leaf_nodes).run(*program.example_inputs)
         self.diff_outputs = [
             k
             for k, out in enumerate(outs)
@@ -58,12 +80,6 @@ class JointPlan:
         ]
         with program.fake_mode:
             self.tangent_examples = [torch.empty_like(outs[k]) for k in self.diff_outputs]
-        output_node = next(n for n in reversed(self.main.graph.nodes) if n.op == "output")
-        self.leaf_nodes = {
-            output_node.args[0][k]: d.index
-            for k, d in enumerate(self.io.outputs)
-            if d.kind == "mutation" and inputs[d.index].requires_grad and inputs[d.index].mutated_under_no_grad
-        }
 
 
 def make_joint_fn(plan: JointPlan) -> Any:

@@ -1,0 +1,69 @@
+"""Own ``passkit explain``: the resolved plan of a pipeline, with the file that set each value."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from passkit.cli import terminal
+
+if TYPE_CHECKING:
+    from passkit.pipeline import Pipeline
+
+__all__ = ["command", "explain_text"]
+
+DEFAULT_ORIGIN = "<default>"  # as passkit.pipeline writes it
+
+
+@click.command("explain")
+@click.argument("file")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def command(file: str, as_json: bool) -> None:
+    """Show FILE's resolved plan: settings and steps, each value with the file that set it."""
+    from passkit.pipeline import load_pipeline
+    from passkit.registry import get_registry
+
+    pipeline = load_pipeline(file, registry=get_registry())
+    if as_json:
+        terminal.write_json(pipeline.explain())
+        return
+    terminal.out(explain_text(pipeline))
+
+
+def explain_text(pipeline: Pipeline) -> str:
+    """Render the plan: a header, the settings, then each step with its options."""
+    lines = [f"pipeline {pipeline.name}" + (f" ({pipeline.source})" if pipeline.source else "")]
+    if pipeline.description:
+        lines.append(f"  {pipeline.description}")
+    if len(pipeline.files) > 1:
+        lines.append("files: " + " -> ".join(str(path) for path in pipeline.files))
+    lines.append("")
+    lines.append("settings:")
+    settings = pipeline.settings.model_dump()
+    lines.append(
+        terminal.table(
+            ("key", "value", "set by"),
+            (
+                (key, terminal.format_value(value), pipeline.settings_origin.get(key, DEFAULT_ORIGIN))
+                for key, value in settings.items()
+            ),
+        )
+    )
+    lines.append("")
+    lines.append("steps:")
+    rows = []
+    for step in pipeline.steps:
+        flags = []
+        if not step.enabled:
+            flags.append(f"disabled by {step.origin.get('enabled', DEFAULT_ORIGIN)}")
+        if step.when:
+            flags.append(f"when = {step.when}")
+        title = f"{step.id} (pass {step.pass_name})" if step.id != step.pass_name else step.id
+        if flags:
+            title += f" [{', '.join(flags)}]"
+        rows.append((str(step.position), title, step.origin.get("pass", DEFAULT_ORIGIN)))
+        for key, value in step.options.model_dump().items():
+            rows.append(("", f"  {key} = {terminal.format_value(value)}", step.origin.get(key, DEFAULT_ORIGIN)))
+    lines.append(terminal.table(("#", "step", "set by"), rows))
+    return "\n".join(lines)

@@ -1,0 +1,108 @@
+"""Own everything the ``passkit`` command prints: results on stdout, progress and errors on stderr.
+
+Commands never call ``print`` or ``click.echo`` themselves, so output conventions (one-line
+errors, where JSON goes, table layout) live in one place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+import click
+
+if TYPE_CHECKING:
+    from passkit.report import StepRecord
+
+__all__ = [
+    "DEBUG_ENV",
+    "debug_enabled",
+    "out",
+    "note",
+    "error",
+    "internal_error",
+    "usage_error",
+    "table",
+    "write_json",
+    "progress",
+    "format_value",
+]
+
+DEBUG_ENV = "PASSKIT_DEBUG"
+
+
+def debug_enabled() -> bool:
+    """Whether ``PASSKIT_DEBUG`` asks for tracebacks instead of one-line errors."""
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def out(text: str = "") -> None:
+    """Print a result line on stdout."""
+    click.echo(text)
+
+
+def note(text: str) -> None:
+    """Print a side remark (progress, warnings) on stderr, keeping stdout for results."""
+    click.echo(text, err=True)
+
+
+def error(message: str) -> None:
+    """Print a user-facing error: its first line only, on stderr."""
+    lines = str(message).strip().splitlines() or [""]
+    click.echo(lines[0], err=True)
+
+
+def internal_error(exc: BaseException) -> None:
+    lines = str(exc).strip().splitlines()
+    what = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    error(f"passkit: internal error: {what} (set {DEBUG_ENV}=1 for the traceback)")
+
+
+def usage_error(exc: click.ClickException) -> None:
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "passkit"
+    hint = f" (see '{where} --help')" if isinstance(exc, click.UsageError) else ""
+    error(f"{where}: {exc.format_message().rstrip('.')}{hint}")
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Render rows under headers in fixed-width, left-aligned columns."""
+    rows = [tuple(str(cell) for cell in row) for row in rows]
+    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(row) for row in rows)])
+
+
+def write_json(data: Any, destination: str | None = None) -> None:
+    """Write ``data`` as indented JSON to stdout (``None`` or ``"-"``) or to a file."""
+    text = json.dumps(data, indent=2, default=str)
+    if destination in (None, "-"):
+        click.echo(text)
+    else:
+        Path(destination).write_text(text + "\n", encoding="utf-8")
+
+
+def progress(record: StepRecord) -> None:
+    """Report a finished step on stderr as the run goes."""
+    step = f"[{record.position + 1}] {record.id}"
+    if record.status == "skipped":
+        note(f"{step}: skipped ({record.reason})")
+        return
+    changed = "changed" if record.changed else "unchanged"
+    note(
+        f"{step}: {changed}, {record.seconds * 1000:.1f} ms, "
+        f"{record.nodes_before}\u2192{record.nodes_after} nodes"
+    )
+
+
+def format_value(value: Any) -> str:
+    """Render an option or setting value as it would appear in a pipeline file."""
+    if isinstance(value, (str, list, dict, bool, int, float)) or value is None:
+        return json.dumps(value) if value is not None else "none"
+    return str(value)
+

@@ -1,0 +1,172 @@
+"""Own what a pipeline run records: one ``StepRecord`` per step, gathered in a ``Report``.
+
+The runner fills a record for every step, skipped ones included, so a report always has one row
+per step of the plan. ``Report.table()`` is what ``passkit run`` prints; ``Report.to_json()`` is
+plain data for scripts. Records hold no torch objects, so reports outlive the program they
+describe and serialise as they are.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = ["StepRecord", "Report", "format_bytes", "format_stats"]
+
+
+@dataclass
+class StepRecord:
+    """What one step did: whether it ran, whether it changed the graphs, its cost and figures."""
+
+    position: int
+    id: str
+    pass_name: str
+    status: Literal["ran", "skipped"] = "ran"
+    reason: str = ""
+    changed: bool = False
+    claimed_changed: bool | None = None
+    seconds: float = 0.0
+    nodes_before: int = 0
+    nodes_after: int = 0
+    dumps: list[str] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def changed_label(self) -> str:
+        if self.status == "skipped":
+            return "skipped"
+        return "yes" if self.changed else "no"
+
+    def notes(self) -> str:
+        """The row's free-text column: skip reason, the pass's figures, disagreements, dumps."""
+        if self.status == "skipped":
+            return self.reason
+        parts = []
+        stats = format_stats(self.stats)
+        if stats:
+            parts.append(stats)
+        # A pass whose claim disagrees with the hashes usually has a bug in its bookkeeping.
+        if self.claimed_changed is True and not self.changed:
+            parts.append("claimed a change")
+        elif self.claimed_changed is False and self.changed:
+            parts.append("claimed no change")
+        if self.dumps:
+            parts.append(f"dumps={len(self.dumps)}")
+        return ", ".join(parts)
+
+
+@dataclass
+class Report:
+    """Every step's record for one program run through one pipeline."""
+
+    pipeline: str
+    records: list[StepRecord]
+    seconds: float = 0.0
+    graph: str = ""
+
+    @property
+    def changed_steps(self) -> list[str]:
+        return [r.id for r in self.records if r.status == "ran" and r.changed]
+
+    def table(self) -> str:
+        """Render a fixed-width table with one row per step and a summary line."""
+        headers = ("#", "step", "pass", "changed", "time", "nodes", "notes")
+        rows = [_row(record) for record in self.records]
+        widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
+        right_aligned = {0, 4}
+
+        def line(cells: tuple[str, ...]) -> str:
+            out = []
+            for i, cell in enumerate(cells):
+                out.append(cell.rjust(widths[i]) if i in right_aligned else cell.ljust(widths[i]))
+            return "  ".join(out).rstrip()
+
+        title = f"pipeline {self.pipeline}" + (f" ({self.graph})" if self.graph else "")
+        body = [title, line(headers), line(tuple("-" * w for w in widths))]
+        body.extend(line(row) for row in rows)
+        ran = sum(1 for r in self.records if r.status == "ran")
+        body.append(
+            f"{ran} of {len(self.records)} steps ran, {len(self.changed_steps)} changed the graphs, "
+            f"{_ms(self.seconds)} in total"
+        )
+        return "\n".join(body)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return plain JSON data: pipeline, graph, seconds and one object per step."""
+        steps = []
+        for record in self.records:
+            data = asdict(record)
+            data["stats"] = {str(k): _plain(v) for k, v in record.stats.items()}
+            steps.append(data)
+        return {"pipeline": self.pipeline, "graph": self.graph, "seconds": self.seconds, "steps": steps}
+
+
+def _row(record: StepRecord) -> tuple[str, ...]:
+    ran = record.status == "ran"
+    return (
+        str(record.position + 1),
+        record.id,
+        record.pass_name,
+        record.changed_label,
+        _ms(record.seconds) if ran else "-",
+        f"{record.nodes_before}\u2192{record.nodes_after}" if ran else "-",
+        record.notes(),
+    )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def format_bytes(count: float) -> str:
+    """Render a byte count the way the table does: ``512 B``, ``12.0 KiB``, ``3.5 MiB``."""
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_stats(stats: dict[str, Any]) -> str:
+    """Render a step's figures as ``key=value`` pairs.
+
+    A ``<key>_bytes`` figure renders as a size: next to ``<key>`` when both are present
+    (``saved=3 (12.0 KiB)``), else on its own (``workspace=1.5 MiB``).
+    """
+    parts = []
+    for key, value in stats.items():
+        if key.endswith("_bytes"):
+            base = key[: -len("_bytes")]
+            if base in stats:
+                continue
+            parts.append(f"{base}={format_bytes(value)}")
+            continue
+        text = f"{key}={_format_value(value)}"
+        size = stats.get(f"{key}_bytes")
+        if isinstance(size, (int, float)):
+            text += f" ({format_bytes(size)})"
+        parts.append(text)
+    return ", ".join(parts)
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, float) and math.isfinite(value) and value != int(value):
+        return f"{value:.3g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_format_value(v) for v in value) + "]"
+    return str(value)
+
+
+def _plain(value: Any) -> Any:
+    """Turn a stat into JSON data; anything exotic becomes its string form."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return str(value)

@@ -1,0 +1,87 @@
+"""Every failure prints one line on stderr, without a traceback, and exits 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from passkit.cli import main
+from passkit.errors import PassError
+
+
+def _failing_check(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
+    def run_check(*args, **kwargs):
+        raise error
+
+    module = types.ModuleType("passkit.check")
+    module.run_check = run_check
+    monkeypatch.setitem(sys.modules, "passkit.check", module)
+
+
+PASS_ERROR = "good.toml: steps[3] (fx.dce) failed: ValueError: bad node (after: functionalize, decompose, joint)"
+
+
+def test_a_passkit_error_is_one_line_and_exit_2(cli, monkeypatch) -> None:
+    monkeypatch.delenv("PASSKIT_DEBUG", raising=False)
+    _failing_check(monkeypatch, PassError(PASS_ERROR))
+    result = cli.invoke(main, ["run", "good.toml"])
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", PASS_ERROR + "\n")
+    assert "Traceback" not in result.output
+
+
+def test_an_unexpected_error_is_one_line_with_the_debug_hint(cli, monkeypatch) -> None:
+    monkeypatch.delenv("PASSKIT_DEBUG", raising=False)
+    _failing_check(monkeypatch, RuntimeError("tensor exploded\nsecond line"))
+    result = cli.invoke(main, ["run", "good.toml"])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "passkit: internal error: RuntimeError: tensor exploded (set PASSKIT_DEBUG=1 for the traceback)\n"
+    )
+
+
+@pytest.mark.parametrize("error", [PassError(PASS_ERROR), RuntimeError("tensor exploded")])
+def test_passkit_debug_reraises_for_the_traceback(cli, monkeypatch, error) -> None:
+    monkeypatch.setenv("PASSKIT_DEBUG", "1")
+    _failing_check(monkeypatch, error)
+    result = cli.invoke(main, ["run", "good.toml"])
+    assert result.exception is error
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run"], "passkit run: Missing argument 'FILE' (see 'passkit run --help')"),
+        (["run", "x.toml", "--bogus"], "passkit run: No such option '--bogus' (see 'passkit run --help')"),
+        (["frobnicate"], "passkit: No such command 'frobnicate' (see 'passkit --help')"),
+        (["validate"], "passkit validate: Missing argument 'FILES...' (see 'passkit validate --help')"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(cli, args, message) -> None:
+    result = cli.invoke(main, args)
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", message + "\n")
+
+
+def test_no_arguments_shows_help(cli) -> None:
+    result = cli.invoke(main, [])
+    assert result.exit_code == 0
+    assert result.stdout.startswith("Usage: passkit [OPTIONS] COMMAND [ARGS]...")
+    for command in ("explain", "passes", "pipelines", "run", "validate"):
+        assert f"\n  {command} " in result.stdout
+
+
+@pytest.mark.slow
+def test_python_dash_m_passkit_prints_one_line_errors(tmp_path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "passkit", "validate", "missing.toml"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={key: value for key, value in os.environ.items() if key != "PASSKIT_DEBUG"},
+    )
+    assert completed.returncode == 2
+    assert completed.stdout == ""
+    assert completed.stderr.splitlines()[-1] == "passkit: pipeline file not found: missing.toml"
+    assert "Traceback" not in completed.stderr

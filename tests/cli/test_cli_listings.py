@@ -1,0 +1,85 @@
+"""`passkit passes` and `passkit pipelines`: text and JSON listings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from passkit.cli import main
+
+
+def test_passes_lists_contract_options_and_summary(cli, registry) -> None:
+    result = cli.invoke(main, ["passes"])
+    assert result.exit_code == 0
+    assert result.stdout == (
+        "t.codegen  (plugin clitest)\n"
+        "  Pretend to compile.\n"
+        "  requires: -; produces: compiled; invalidates: -\n"
+        "  options: none\n"
+        "\n"
+        "t.fold  (plugin clitest)\n"
+        "  Fold constant expressions.\n"
+        "  requires: functional; produces: -; invalidates: -\n"
+        "  option limit: int = 100\n"
+        '  option keep: list[str] = ["aten.gelu"]\n'
+        "\n"
+        "t.functional  (plugin clitest)\n"
+        "  Pretend to functionalize.\n"
+        "  requires: -; produces: functional; invalidates: -\n"
+        "  options: none\n"
+    )
+    assert result.stderr == ""
+
+
+def test_passes_json_describes_each_pass(cli, registry) -> None:
+    result = cli.invoke(main, ["passes", "--json"])
+    assert result.exit_code == 0
+    listed = {entry["name"]: entry for entry in json.loads(result.stdout)}
+    assert sorted(listed) == ["t.codegen", "t.fold", "t.functional"]
+    fold = listed["t.fold"]
+    assert fold == {
+        "name": "t.fold",
+        "plugin": "clitest",
+        "distribution": "",
+        "summary": "Fold constant expressions.",
+        "requires": ["functional"],
+        "produces": [],
+        "invalidates": [],
+        "training_only": False,
+        "version": "1",
+        "options": [
+            {"name": "limit", "type": "int", "default": 100, "required": False},
+            {"name": "keep", "type": "list[str]", "default": ["aten.gelu"], "required": False},
+        ],
+        "fingerprint": registry.get_pass("t.fold").fingerprint(),
+    }
+
+
+def test_passes_json_names_the_distribution_of_builtins(cli) -> None:
+    result = cli.invoke(main, ["passes", "--json"])
+    assert result.exit_code == 0
+    dce = next(entry for entry in json.loads(result.stdout) if entry["name"] == "fx.dce")
+    assert (dce["plugin"], dce["distribution"]) == ("fx_cleanup", "passkit")
+
+
+def test_pipelines_lists_name_description_and_file(cli, registry, workdir) -> None:
+    (workdir / "fast.toml").write_text(
+        '[pipeline]\nname = "fast"\ndescription = "just compile"\n[[steps]]\npass = "t.codegen"\n'
+    )
+    (workdir / "broken.toml").write_text("[pipeline\n")
+    registry.pipelines.update({"fast": Path("fast.toml"), "broken": Path("broken.toml")})
+    result = cli.invoke(main, ["pipelines"])
+    assert result.exit_code == 0
+    assert result.stdout == (
+        "name    description                                                                              file\n"
+        "------  ---------------------------------------------------------------------------------------  -----------\n"
+        "broken  invalid: broken.toml:1:10: invalid TOML: Expected ']' at the end of a table declaration  broken.toml\n"
+        "fast    just compile                                                                             fast.toml\n"
+    )
+    rows = json.loads(cli.invoke(main, ["pipelines", "--json"]).stdout)
+    assert rows[1] == {"name": "fast", "description": "just compile", "file": "fast.toml"}
+
+
+def test_pipelines_says_when_there_are_none(cli, registry) -> None:
+    result = cli.invoke(main, ["pipelines"])
+    assert (result.exit_code, result.stdout) == (0, "no pipelines registered\n")

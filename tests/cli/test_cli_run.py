@@ -1,0 +1,140 @@
+"""`passkit run`: progress, report tables, the verdict line, JSON output and exit codes.
+
+``passkit.check.run_check`` is replaced by a fake so these tests exercise only the command's
+formatting and exit codes, not compilation.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pytest
+
+from passkit.cli import main
+from passkit.report import Report, StepRecord
+
+
+@dataclass
+class FakeCheckResult:
+    pipeline: str = "good"
+    model: str = "passkit.examples:block"
+    training: bool = True
+    reports: list[Report] = field(default_factory=list)
+    outputs_max_diff: float = 1.25e-7
+    grads_max_diff: float | None = 3.5e-7
+    ok: bool = True
+    buffers_max_diff: float | None = None
+    mismatches: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "ok": self.ok, "reports": [r.to_json() for r in self.reports]}
+
+
+RECORDS = [
+    StepRecord(0, "functionalize", "functionalize", changed=True, claimed_changed=True, seconds=0.002,
+               nodes_before=10, nodes_after=9),
+    StepRecord(1, "joint", "joint", status="skipped", reason="inference program"),
+]
+
+
+class FakeCheck:
+    """Stands in for ``passkit.check``: records its arguments, reports progress, returns a result."""
+
+    def __init__(self, result: FakeCheckResult | None = None, error: BaseException | None = None) -> None:
+        self.result = result or FakeCheckResult(reports=[Report("good", list(RECORDS), seconds=0.003)])
+        self.error = error
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def run_check(self, pipeline: str, *, model: str | None = None, dump_dir: str | None = None,
+                  progress: Callable[[StepRecord], None] | None = None) -> FakeCheckResult:
+        self.calls.append((pipeline, {"model": model, "dump_dir": dump_dir}))
+        if self.error is not None:
+            raise self.error
+        for record in RECORDS:
+            progress(record)
+        return self.result
+
+
+@pytest.fixture
+def fake_check(monkeypatch: pytest.MonkeyPatch) -> Callable[..., FakeCheck]:
+    def install(**kwargs: Any) -> FakeCheck:
+        fake = FakeCheck(**kwargs)
+        module = types.ModuleType("passkit.check")
+        module.run_check = fake.run_check
+        monkeypatch.setitem(sys.modules, "passkit.check", module)
+        monkeypatch.delenv("PASSKIT_DEBUG", raising=False)
+        return fake
+
+    return install
+
+
+TABLE = (
+    "pipeline good\n"
+    "#  step           pass           changed    time  nodes  notes\n"
+    "-  -------------  -------------  -------  ------  -----  -----------------\n"
+    "1  functionalize  functionalize  yes      2.0 ms  10\u21929\n"
+    "2  joint          joint          skipped       -  -      inference program\n"
+    "1 of 2 steps ran, 1 changed the graphs, 3.0 ms in total\n"
+)
+
+
+def test_run_prints_progress_tables_and_verdict(cli, fake_check) -> None:
+    fake = fake_check()
+    result = cli.invoke(main, ["run", "good.toml", "--model", "pkg.mod:make", "--dump", "out"])
+    assert result.exit_code == 0
+    assert fake.calls == [("good.toml", {"model": "pkg.mod:make", "dump_dir": "out"})]
+    assert result.stderr == (
+        "[1] functionalize: changed, 2.0 ms, 10\u21929 nodes\n"
+        "[2] joint: skipped (inference program)\n"
+    )
+    assert result.stdout == TABLE + "\n" + (
+        "ok: good on passkit.examples:block (training) vs eager: "
+        "outputs max |diff| 1.2e-07, grads max |diff| 3.5e-07\n"
+    )
+
+
+def test_run_exits_1_on_a_numeric_mismatch(cli, fake_check) -> None:
+    fake_check(result=FakeCheckResult(ok=False, training=False, outputs_max_diff=0.03, grads_max_diff=None))
+    result = cli.invoke(main, ["run", "good.toml"])
+    assert result.exit_code == 1
+    assert result.stdout == (
+        "MISMATCH: good on passkit.examples:block (inference) vs eager: "
+        "outputs max |diff| 3.0e-02, grads max |diff| n/a\n"
+    )
+
+
+def test_run_verdict_names_the_first_mismatch_and_buffers(cli, fake_check) -> None:
+    fake_check(result=FakeCheckResult(
+        ok=False, outputs_max_diff=0.5, grads_max_diff=2e-3, buffers_max_diff=0.0,
+        mismatches=["output[0]: max |diff| 5.0e-01", "grad[fc.weight]: max |diff| 2.0e-03"],
+    ))
+    result = cli.invoke(main, ["run", "good.toml"])
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[-1] == (
+        "MISMATCH: good on passkit.examples:block (training) vs eager: outputs max |diff| 5.0e-01, "
+        "grads max |diff| 2.0e-03, buffers max |diff| 0.0e+00; first mismatch: output[0]: max |diff| 5.0e-01 "
+        "(+1 more)"
+    )
+
+
+def test_run_json_to_a_file_keeps_the_text_output(cli, fake_check, tmp_path) -> None:
+    fake_check()
+    out = tmp_path / "result.json"
+    result = cli.invoke(main, ["run", "good.toml", "--json", str(out)])
+    assert result.exit_code == 0
+    assert result.stdout.startswith(TABLE)
+    data = json.loads(out.read_text())
+    assert data["ok"] is True
+    assert [step["id"] for step in data["reports"][0]["steps"]] == ["functionalize", "joint"]
+
+
+def test_run_json_to_stdout_prints_only_json_there(cli, fake_check) -> None:
+    fake_check()
+    result = cli.invoke(main, ["run", "good.toml", "--json", "-"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["pipeline"] == "good"
+    assert result.stderr.splitlines()[-1].startswith("ok: good on passkit.examples:block (training)")

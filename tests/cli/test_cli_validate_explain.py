@@ -1,0 +1,115 @@
+"""`passkit validate` and `passkit explain`."""
+
+from __future__ import annotations
+
+import json
+
+from passkit.cli import main
+
+
+def test_validate_reports_each_file_and_exits_0_when_all_are_valid(cli, registry, workdir, good_toml) -> None:
+    (workdir / "good.toml").write_text(good_toml)
+    (workdir / "also.toml").write_text(good_toml.replace("limit = 7", "limit = 8"))
+    result = cli.invoke(main, ["validate", "good.toml", "also.toml"])
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        0, "ok  good.toml (3 steps)\nok  also.toml (3 steps)\n", ""
+    )
+
+
+def test_validate_keeps_going_after_an_invalid_file_and_exits_2(cli, registry, workdir, good_toml) -> None:
+    (workdir / "bad.toml").write_text(good_toml.replace("limit = 7", "limt = 7"))
+    (workdir / "good.toml").write_text(good_toml)
+    result = cli.invoke(main, ["validate", "bad.toml", "missing.toml", "good.toml"])
+    assert result.exit_code == 2
+    assert result.stdout == "ok  good.toml (3 steps)\n"
+    assert result.stderr == (
+        "bad.toml: steps[1] (t.fold).limt: unknown option; did you mean 'limit'?\n"
+        "passkit: pipeline file not found: missing.toml\n"
+    )
+    assert "Traceback" not in result.output
+
+
+def test_validate_names_the_missing_fact(cli, registry, workdir, good_toml) -> None:
+    (workdir / "order.toml").write_text(good_toml.replace('[[steps]]\npass = "t.functional"\n\n', ""))
+    result = cli.invoke(main, ["validate", "order.toml"])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "order.toml: steps[0] (t.fold): requires fact 'functional', which no earlier step produces; "
+        "add a 't.functional' step before it\n"
+    )
+
+
+def test_validate_json_has_one_object_per_file(cli, registry, workdir, good_toml) -> None:
+    (workdir / "good.toml").write_text(good_toml)
+    result = cli.invoke(main, ["validate", "--json", "good.toml", "missing.toml"])
+    assert result.exit_code == 2
+    assert json.loads(result.stdout) == [
+        {"file": "good.toml", "ok": True, "steps": 3, "error": None},
+        {"file": "missing.toml", "ok": False, "steps": None, "error": "passkit: pipeline file not found: missing.toml"},
+    ]
+
+
+def test_explain_shows_where_each_value_came_from(cli, registry, workdir, good_toml) -> None:
+    (workdir / "good.toml").write_text(good_toml)
+    (workdir / "child.toml").write_text(
+        '[pipeline]\nname = "child"\nextends = "good.toml"\n'
+        '[settings]\ndump = "all"\n'
+        '[override."t.fold"]\nkeep = []\n'
+    )
+    result = cli.invoke(main, ["explain", "child.toml"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (
+        "pipeline child (child.toml)\n"
+        "  functionalize, fold, compile\n"
+        "files: good.toml -> child.toml\n"
+        "\n"
+        "settings:\n"
+        "key       value           set by\n"
+        "--------  --------------  ----------\n"
+        'verify    "facts"         good.toml\n'
+        'dump      "all"           child.toml\n'
+        'dump_dir  "passkit-dump"  <default>\n'
+        'on_error  "raise"         <default>\n'
+        "\n"
+        "steps:\n"
+        "#  step          set by\n"
+        "-  ------------  ----------\n"
+        "0  t.functional  good.toml\n"
+        "1  t.fold        good.toml\n"
+        "     limit = 7   good.toml\n"
+        "     keep = []   child.toml\n"
+        "2  t.codegen     good.toml\n"
+    )
+
+
+def test_explain_json_is_the_pipelines_own_plan(cli, registry, workdir, good_toml) -> None:
+    (workdir / "good.toml").write_text(good_toml)
+    result = cli.invoke(main, ["explain", "--json", "good.toml"])
+    assert result.exit_code == 0
+    plan = json.loads(result.stdout)
+    assert plan["settings"]["verify"] == {"value": "facts", "from": "good.toml"}
+    assert plan["steps"][1]["options"]["limit"] == {"value": 7, "from": "good.toml"}
+    assert plan["steps"][1]["options"]["keep"] == {"value": ["aten.gelu"], "from": "<default>"}
+
+
+def test_explain_marks_disabled_and_conditional_steps(cli, registry, workdir, good_toml) -> None:
+    (workdir / "good.toml").write_text(good_toml)
+    (workdir / "child.toml").write_text(
+        '[pipeline]\nname = "child"\nextends = "good.toml"\ndisable = ["t.fold"]\n'
+        '[[steps]]\npass = "t.fold"\nid = "late-fold"\nwhen = "training"\nbefore = "t.codegen"\n'
+    )
+    result = cli.invoke(main, ["explain", "child.toml"])
+    assert result.exit_code == 0, result.output
+    steps = result.stdout.split("steps:\n")[1]
+    assert steps == (
+        "#  step                                       set by\n"
+        "-  -----------------------------------------  ----------\n"
+        "0  t.functional                               good.toml\n"
+        "1  t.fold [disabled by child.toml]            good.toml\n"
+        "     limit = 7                                good.toml\n"
+        '     keep = ["aten.gelu"]                     <default>\n'
+        "2  late-fold (pass t.fold) [when = training]  child.toml\n"
+        "     limit = 100                              <default>\n"
+        '     keep = ["aten.gelu"]                     <default>\n'
+        "3  t.codegen                                  good.toml\n"
+    )

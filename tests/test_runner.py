@@ -1,0 +1,265 @@
+"""The step loop: which steps run, how change is judged, facts bookkeeping and error text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import fx
+
+from passkit import runner
+from passkit.errors import PassError, PipelineError
+from passkit.hookspecs import hookimpl
+from passkit.pass_api import graph_pass
+from passkit.pipeline import Pipeline, Settings, Step
+from passkit.plugins import make_plugin_manager
+from passkit.program import GraphIO, Program, Signature
+from passkit.registry import build_registry
+
+aten = torch.ops.aten
+
+
+def make_program(*, training: bool = False, dead: bool = False) -> Program:
+    graph = fx.Graph()
+    x, y = graph.placeholder("x"), graph.placeholder("y")
+    if dead:
+        graph.call_function(aten.neg.default, (x,))
+    graph.output(graph.call_function(aten.mul.Tensor, (graph.call_function(aten.add.Tensor, (x, y)), y)))
+    gm = fx.GraphModule(torch.nn.Module(), graph)
+    signature = Signature(inputs=[], outputs=[], graph_io={"main": GraphIO([], [])})
+    return Program(graphs={"main": gm}, signature=signature, example_inputs=[], facts={"captured"}, training=training)
+
+
+@graph_pass("t.liar")
+def liar(program: Program) -> bool:
+    """Claim a change without making one."""
+    return True
+
+
+@graph_pass("t.drop_dead", produces={"functional"})
+def drop_dead(program: Program) -> bool:
+    """Remove unread nodes, and say nothing about it."""
+    gm = program.graphs["main"]
+    for node in reversed(list(gm.graph.nodes)):
+        if node.op == "call_function" and not node.users:
+            gm.graph.erase_node(node)
+    gm.recompile()
+    return False
+
+
+@graph_pass("t.joint", requires={"functional"}, produces={"joint"}, training_only=True)
+def fake_joint(program: Program) -> bool:
+    """Pretend to build the joint graph."""
+    return False
+
+
+@graph_pass("t.split", requires={"joint"}, produces={"partitioned"}, invalidates={"joint"})
+def fake_split(program: Program) -> bool:
+    """Pretend to partition."""
+    return False
+
+
+@graph_pass("t.compile", produces={"compiled"})
+def fake_compile(program: Program) -> bool:
+    """Give every graph a callable."""
+    program.compiled = {name: gm.forward for name, gm in program.graphs.items()}
+    return False
+
+
+@graph_pass("t.stats")
+def stats(program: Program, *, saved: int = 3) -> bool:
+    """Record figures."""
+    program.record_stat("saved", saved)
+    program.record_stat("saved_bytes", saved * 4096)
+    return False
+
+
+@graph_pass("t.fail")
+def fail(program: Program) -> bool:
+    """Fail with a two-line message."""
+    raise ValueError("shapes disagree\nlong explanation")
+
+
+@graph_pass("t.fail_quietly")
+def fail_quietly(program: Program) -> bool:
+    """Fail with a passkit error of its own."""
+    raise PipelineError("")
+
+
+class RunnerTestPasses:
+    @hookimpl
+    def passkit_register_passes(self) -> list:
+        return [liar, drop_dead, fake_joint, fake_split, fake_compile, stats, fail, fail_quietly]
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.pm = make_plugin_manager(load_entry_points=False, builtins=False)
+        self.pm.register(runner, name="runner")
+        self.pm.register(RunnerTestPasses(), name="test")
+        self.registry = build_registry(self.pm)
+
+    def pipeline(self, *specs: str | dict[str, Any], **settings: Any) -> Pipeline:
+        steps = []
+        for position, spec in enumerate(specs):
+            spec = {"pass": spec} if isinstance(spec, str) else dict(spec)
+            name = spec.pop("pass")
+            steps.append(Step(
+                position=position, id=spec.pop("id", name), pass_name=name,
+                options=self.registry.get_pass(name).options(**spec.pop("options", {})),
+                when=spec.pop("when", None), enabled=spec.pop("enabled", True), origin={},
+                **spec,
+            ))
+        return Pipeline(name="t", description="", source=Path("t.toml"), settings=Settings(**settings),
+                        settings_origin={}, steps=tuple(steps), files=(Path("t.toml"),))
+
+    def run(self, pipeline: Pipeline, program: Program, **kwargs: Any):
+        return runner.run_pipeline(pipeline, program, pm=self.pm, registry=self.registry, **kwargs)
+
+
+@pytest.fixture
+def harness() -> Harness:
+    return Harness()
+
+
+def test_change_is_judged_by_hashes_not_by_the_pass(harness: Harness) -> None:
+    report = harness.run(harness.pipeline("t.liar", "t.drop_dead"), make_program(dead=True))
+    liar_record, drop_record = report.records
+    assert (liar_record.changed, liar_record.claimed_changed) == (False, True)
+    assert (drop_record.changed, drop_record.claimed_changed) == (True, False)
+    assert (drop_record.nodes_before, drop_record.nodes_after) == (6, 5)
+    assert report.table().splitlines()[3].split()[3] == "no"
+
+
+def test_skipped_steps_are_recorded_with_their_reason(harness: Harness) -> None:
+    pipeline = harness.pipeline(
+        {"pass": "t.liar", "id": "off", "enabled": False},
+        {"pass": "t.liar", "id": "train-only", "when": "training"},
+        "t.drop_dead",
+        "t.joint",
+        {"pass": "t.liar", "id": "infer-only", "when": "inference"},
+    )
+    seen = []
+    report = harness.run(pipeline, make_program(), progress=seen.append)
+    assert [(r.id, r.status, r.reason) for r in report.records] == [
+        ("off", "skipped", "disabled"),
+        ("train-only", "skipped", "when = training"),
+        ("t.drop_dead", "ran", ""),
+        ("t.joint", "skipped", "inference program"),
+        ("infer-only", "ran", ""),
+    ]
+    assert seen == report.records
+
+
+def test_training_programs_run_training_steps(harness: Harness) -> None:
+    pipeline = harness.pipeline("t.drop_dead", "t.joint", {"pass": "t.liar", "when": "inference"})
+    report = harness.run(pipeline, make_program(training=True))
+    assert [r.status for r in report.records] == ["ran", "ran", "skipped"]
+    assert report.records[2].reason == "when = inference"
+
+
+def test_facts_follow_each_contract(harness: Harness) -> None:
+    program = make_program(training=True)
+    harness.run(harness.pipeline("t.drop_dead", "t.joint", "t.split"), program)
+    assert program.facts == {"captured", "functional", "partitioned"}
+
+
+def test_a_missing_fact_stops_the_run_before_the_step(harness: Harness) -> None:
+    program = make_program(training=True)
+    with pytest.raises(PipelineError) as caught:
+        harness.run(harness.pipeline("t.drop_dead", "t.split"), program)
+    assert str(caught.value) == (
+        "t.toml: steps[1] (t.split): requires fact 'joint', which the program lacks (facts: captured, functional)"
+    )
+
+
+def test_messages_use_the_location_where_the_step_was_written(harness: Harness) -> None:
+    pipeline = harness.pipeline({"pass": "t.split", "location": "base.toml: steps[4] (t.split)"})
+    with pytest.raises(PipelineError) as caught:
+        harness.run(pipeline, make_program())
+    assert str(caught.value) == (
+        "base.toml: steps[4] (t.split): requires fact 'joint', which the program lacks (facts: captured)"
+    )
+
+
+def test_changing_graphs_after_codegen_drops_stale_callables(harness: Harness) -> None:
+    program = make_program(dead=True)
+    harness.run(harness.pipeline("t.compile", "t.liar"), program)
+    assert "compiled" in program.facts and set(program.compiled) == {"main"}
+    harness.run(harness.pipeline("t.drop_dead"), program)
+    assert "compiled" not in program.facts
+    assert program.compiled == {}
+
+
+def test_stats_are_per_step(harness: Harness) -> None:
+    program = make_program()
+    report = harness.run(harness.pipeline({"pass": "t.stats", "options": {"saved": 2}}, "t.liar"), program)
+    assert report.records[0].stats == {"saved": 2, "saved_bytes": 8192}
+    assert report.records[1].stats == {}
+    assert report.records[0].notes() == "saved=2 (8.0 KiB)"
+
+
+def test_a_failing_pass_becomes_one_line_naming_the_steps_before(harness: Harness) -> None:
+    pipeline = harness.pipeline(
+        "t.liar", {"pass": "t.liar", "id": "skipped", "enabled": False}, "t.drop_dead", "t.fail"
+    )
+    with pytest.raises(PassError) as caught:
+        harness.run(pipeline, make_program())
+    assert str(caught.value) == (
+        "t.toml: steps[3] (t.fail) failed: ValueError: shapes disagree (after: t.liar, t.drop_dead)"
+    )
+    assert isinstance(caught.value.__cause__, ValueError)
+
+
+def test_a_failing_first_step_says_so(harness: Harness) -> None:
+    with pytest.raises(PassError) as caught:
+        harness.run(harness.pipeline("t.fail_quietly"), make_program())
+    assert str(caught.value) == "t.toml: steps[0] (t.fail_quietly) failed: PipelineError (first step)"
+
+
+def test_an_unknown_pass_is_a_pipeline_error(harness: Harness) -> None:
+    pipeline = harness.pipeline("t.liar")
+    other = Harness()
+    other.pm.unregister(name="test")
+    other.registry = build_registry(other.pm)
+    with pytest.raises(PipelineError) as caught:
+        other.run(pipeline, make_program())
+    assert str(caught.value) == "t.toml: steps[0] (t.liar): unknown pass 't.liar'"
+
+
+def test_plugins_see_the_step_context(harness: Harness) -> None:
+    seen = []
+
+    class Spy:
+        @hookimpl(wrapper=True)
+        def passkit_run_step(self, context: runner.StepContext):
+            seen.append((context.position, context.step.id, list(context.previous), dict(context.options)))
+            return (yield)
+
+    harness.pm.register(Spy())
+    pipeline = harness.pipeline("t.liar", {"pass": "t.stats", "id": "figures", "options": {"saved": 5}})
+    harness.run(pipeline, make_program())
+    assert seen == [(0, "t.liar", [], {}), (1, "figures", ["t.liar"], {"saved": 5})]
+
+
+def test_a_plugin_can_take_over_running_a_step(harness: Harness) -> None:
+    class Refuse:
+        @hookimpl(tryfirst=True)
+        def passkit_run_step(self, context: runner.StepContext) -> bool:
+            return False  # first non-None result wins: the pass itself never runs
+
+    harness.pm.register(Refuse())
+    report = harness.run(harness.pipeline("t.fail"), make_program())
+    assert report.records[0].claimed_changed is False
+
+
+def test_without_a_plugin_manager_the_installed_plugins_run() -> None:
+    from passkit.registry import get_registry
+
+    options = get_registry().get_pass("fx.dce").options()
+    pipeline = Pipeline(name="inline", description="", source=None, settings=Settings(), settings_origin={},
+                        steps=(Step(0, "fx.dce", "fx.dce", options, None, True, {}),))
+    report = runner.run_pipeline(pipeline, make_program(dead=True))
+    assert (report.records[0].changed, report.records[0].nodes_after) == (True, 5)
