@@ -8,6 +8,7 @@ Supported torch: 2.11 to 2.13.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -34,6 +35,8 @@ __all__ = [
     "new_fake_mode",
     "retrace",
     "trace_graph",
+    "is_activation_checkpoint",
+    "keeps_grad_mode_regions",
 ]
 
 
@@ -143,7 +146,7 @@ def retrace(
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     args = [n.meta["val"] for n in placeholders]
     names = [n.name for n in placeholders]
-    pre_dispatch = any(_is_grad_mode_call(n) for n in gm.graph.nodes)
+    pre_dispatch = keeps_grad_mode_regions(gm)
 
     def interpret(*flat_args: Any) -> Any:
         return torch.fx.Interpreter(gm).run(*flat_args)
@@ -186,6 +189,7 @@ def _use_plain_codegen(gm: GraphModule) -> None:
 # -- decomposition tables -------------------------------------------------------------------
 
 
+@functools.cache
 def core_aten_table() -> dict[Any, Callable[..., Any]]:
     """torch's Core ATen decompositions, plus full-table ones for ops outside Core ATen.
 
@@ -202,6 +206,7 @@ def core_aten_table() -> dict[Any, Callable[..., Any]]:
     return table
 
 
+@functools.cache
 def full_table() -> dict[Any, Callable[..., Any]]:
     """torch's full post-autograd decomposition table."""
     import torch._decomp
@@ -227,11 +232,36 @@ def min_cut_partition(joint: GraphModule, num_fwd_outputs: int) -> tuple[GraphMo
     )
 
 
-def trace_graph(fn: Callable[..., Any], fake_args: Sequence[Any]) -> GraphModule:
-    """Capture ``fn`` as it is (mutations included) at the pre-dispatch ATen level."""
+def is_activation_checkpoint(target: Any) -> bool:
+    """Whether an FX target is Dynamo's ``torch.utils.checkpoint`` region (a higher-order op)."""
+    hop = getattr(torch.ops.higher_order, "tag_activation_checkpoint", None)
+    return hop is not None and target is hop
+
+
+def uses_functorch(gm: GraphModule) -> bool:
+    """Whether the graph calls functorch transform plumbing (vmap/grad levels)."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            module = getattr(node.target, "__module__", "") or ""
+            if module.startswith(("torch._functorch", "torch._C._functorch")):
+                return True
+    return False
+
+
+def keeps_grad_mode_regions(gm: GraphModule) -> bool:
+    """Whether re-tracing ``gm`` must happen pre-dispatch to keep its ``no_grad`` regions.
+
+    Pre-dispatch tracing keeps ``_set_grad_enabled`` calls in the graph; it cannot enter
+    functorch transforms, which post-dispatch tracing inlines into plain ATen ops instead.
+    """
+    return any(_is_grad_mode_call(n) for n in gm.graph.nodes) and not uses_functorch(gm)
+
+
+def trace_graph(fn: Callable[..., Any], fake_args: Sequence[Any], *, pre_dispatch: bool) -> GraphModule:
+    """Capture ``fn`` as it is, mutations included; pre-dispatch keeps ``no_grad`` blocks."""
     fake_mode = fake_mode_of(fake_args)
     context = fake_mode if fake_mode is not None else contextlib.nullcontext()
     with context:
-        gm = make_fx(fn, pre_dispatch=True, record_module_stack=True)(*fake_args)
+        gm = make_fx(fn, pre_dispatch=pre_dispatch, record_module_stack=True)(*fake_args)
     _use_plain_codegen(gm)
     return gm

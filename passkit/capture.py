@@ -7,6 +7,7 @@ so that the runtime wrapper can regenerate aliases exactly as eager returns them
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, Sequence
 
 import torch
@@ -58,10 +59,47 @@ def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[
     return infos, training
 
 
+def _inline_checkpoint_regions(gm: GraphModule) -> int:
+    """Inline Dynamo's checkpoint regions, tagging their nodes ``recompute`` as tracing would.
+
+    Dynamo wraps ``torch.utils.checkpoint`` bodies in a higher-order op that pre-dispatch
+    functionalization cannot enter. Inlined, the body computes the same values; the
+    ``recompute`` and ``ac_graph_id`` tags tell partitioners which values to recompute.
+    """
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    regions = [n for n in gm.graph.nodes if n.op == "call_function" and _torch.is_activation_checkpoint(n.target)]
+    for region_id, node in enumerate(regions, start=1):
+        body = getattr(gm, node.args[0].target)
+        env = dict(zip((n for n in body.graph.nodes if n.op == "placeholder"), node.args[1:]))
+        results: Any = None
+        with gm.graph.inserting_before(node):
+            for inner in body.graph.nodes:
+                if inner.op == "placeholder":
+                    continue
+                if inner.op == "output":
+                    results = torch.fx.node.map_arg(inner.args[0], lambda n: env[n])
+                    continue
+                copied = gm.graph.node_copy(inner, lambda n: env[n])
+                copied.meta["recompute"] = CheckpointPolicy.PREFER_RECOMPUTE
+                copied.meta["ac_graph_id"] = region_id
+                env[inner] = copied
+        for user in list(node.users):
+            if user.target is operator.getitem:
+                user.replace_all_uses_with(results[user.args[1]])
+                gm.graph.erase_node(user)
+        gm.graph.erase_node(node)
+    if regions:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return len(regions)
+
+
 def program_from_graph(
     gm: GraphModule, real_inputs: Sequence[Any], *, kinds: Sequence[str] | None = None
 ) -> Program:
     """Build a ``Program`` whose ``main`` is ``gm`` (Dynamo's graph or a captured trace)."""
+    _inline_checkpoint_regions(gm)
     fake_mode = _torch.new_fake_mode()
     fakes = [_torch.fakify(fake_mode, x) for x in real_inputs]
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -104,12 +142,21 @@ def program_from_function(
 
     ``fn`` takes flat positional inputs and returns a tensor or a flat tuple of them.
     """
-    fake_mode = _torch.new_fake_mode()
-    fakes = [_torch.fakify(fake_mode, x) for x in real_inputs]
+    def fakes() -> list[Any]:
+        mode = _torch.new_fake_mode()
+        return [_torch.fakify(mode, x) for x in real_inputs]
 
     def flat_fn(*args: Any) -> tuple[Any, ...]:
         out = fn(*args)
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
-    gm = _torch.trace_graph(flat_fn, fakes)
+    # Pre-dispatch graphs keep no_grad blocks but cannot hold functorch transforms (vmap, grad,
+    # jacrev); such programs are captured post-dispatch, where the transforms are inlined.
+    try:
+        gm = _torch.trace_graph(flat_fn, fakes(), pre_dispatch=True)
+        if not _torch.uses_functorch(gm):
+            return program_from_graph(gm, real_inputs, kinds=kinds)
+    except Exception:  # noqa: BLE001 - the post-dispatch trace below raises the real error
+        pass
+    gm = _torch.trace_graph(flat_fn, fakes(), pre_dispatch=False)
     return program_from_graph(gm, real_inputs, kinds=kinds)

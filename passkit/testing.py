@@ -47,6 +47,8 @@ def make_program() -> Callable[..., Any]:
             pass_.run(program)
             program.facts |= pass_.produces
             program.facts -= pass_.invalidates
+        # Figures the preparation passes recorded are not the pass under test's.
+        program.stats.clear()
         return program
 
     return build
@@ -55,7 +57,9 @@ def make_program() -> Callable[..., Any]:
 def assert_pass_preserves_numerics(pass_: Any, program: Any, **options: Any) -> bool:
     """Run ``pass_`` (a Pass or a registered name) on ``program``; fail if numerics change.
 
-    Returns whether the graphs changed, judged by their code hash.
+    Fails first if the program lacks a fact the pass requires, as the runner would. Afterwards
+    ``program.stats`` holds what this pass recorded. Returns whether the graphs changed,
+    judged by their code hash.
     """
     from passkit.evaluate import Reference
     from passkit.registry import get_registry
@@ -68,7 +72,17 @@ def assert_pass_preserves_numerics(pass_: Any, program: Any, **options: Any) -> 
         if real is None:
             raise ValueError("build the program with the make_program fixture, which keeps its inputs")
         reference = Reference(program, real)
+    missing = sorted(pass_.requires - program.facts)
+    if missing:
+        facts = ", ".join(sorted(program.facts)) or "none"
+        pytest.fail(
+            f"pass {pass_.name} requires fact {missing[0]!r}, which the program lacks (facts: {facts}); "
+            "build it with make_program(..., passes=[...]) naming a pass that produces it",
+            pytrace=False,
+        )
     before = program.graph_hash()
+    # As the runner does per step: afterwards ``program.stats`` holds only this pass's figures.
+    program.stats.clear()
     pass_.run(program, pass_.options(**options))
     program.facts |= pass_.produces
     program.facts -= pass_.invalidates

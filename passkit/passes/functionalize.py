@@ -1,8 +1,8 @@
 """Own ``functionalize``: remove every mutation from ``main`` and record it in the signature.
 
 The captured graph is re-traced with ``make_fx`` under ``FunctionalTensorMode`` (as AOT
-Autograd does), at the pre-dispatch level so that ``no_grad`` regions survive for the joint
-trace. Input mutations (``x.add_()`` on an input, BatchNorm running stats, ``t_()``) become
+Autograd does). Graphs with ``no_grad`` regions are traced at the pre-dispatch level so those
+regions survive for the joint trace; others (and functorch programs) post-dispatch. Input mutations (``x.add_()`` on an input, BatchNorm running stats, ``t_()``) become
 leading ``mutation`` outputs; the runtime wrapper writes them back.
 """
 
@@ -37,7 +37,10 @@ def functionalize(program: Program) -> bool:
         return False  # already functional: its mutations are outputs
     names = [n.name for n in main.graph.nodes if n.op == "placeholder"]
     gm, mutations = _torch.functional_trace(
-        _interpreted(main), program.example_inputs, pre_dispatch=True, arg_names=names
+        _interpreted(main),
+        program.example_inputs,
+        pre_dispatch=_torch.keeps_grad_mode_regions(main),
+        arg_names=names,
     )
     gm.graph.eliminate_dead_code()
     gm.recompile()

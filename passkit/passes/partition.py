@@ -120,12 +120,17 @@ def _install(program: Program, forward: GraphModule, fw_io: GraphIO, backward: G
     program.drop_graph("joint")
     program.set_graph("forward", forward, fw_io)
     program.set_graph("backward", backward, bw_io)
-    saved_values = [n.meta.get("val") for n in backward.graph.nodes if n.op == "placeholder"][: len(
-        [d for d in bw_io.inputs if d.kind == "saved"]
-    )]
-    tensors = [v for v in saved_values if isinstance(v, torch.Tensor)]
-    program.record_stat("saved", len(tensors))
-    program.record_stat("saved_bytes", sum(t.numel() * t.element_size() for t in tensors))
+    n_saved = sum(1 for d in bw_io.inputs if d.kind == "saved")
+    saved = [n for n in backward.graph.nodes if n.op == "placeholder"][:n_saved]
+    sizes = {n.name: _nbytes(n.meta.get("val")) for n in saved if isinstance(n.meta.get("val"), torch.Tensor)}
+    program.record_stat("saved", len(sizes))
+    program.record_stat("saved_bytes", sum(sizes.values()))
+    # Inputs are alive anyway; what partitioning decides is how many activations stay alive.
+    program.record_stat("activation_bytes", sum(b for name, b in sizes.items() if not name.startswith("primals_")))
+
+
+def _nbytes(value: torch.Tensor) -> int:
+    return value.numel() * value.element_size()
 
 
 @graph_pass(
