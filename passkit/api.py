@@ -34,14 +34,14 @@ def _resolve(pipeline: Any, settings: dict[str, Any]) -> Any:
 
 
 def _missing_training_steps(pipeline: Any, program: Program) -> str | None:
+    label = pipeline.label
     if program.training and "partitioned" not in program.facts:
-        label = str(pipeline.source) if pipeline.source is not None else pipeline.name
         return (
             f"{label}: the program needs gradients but the pipeline has no 'joint' and 'partition' steps; "
             "use the 'training' pipeline, or call it under torch.no_grad()"
         )
     if "compiled" not in program.facts:
-        return f"{pipeline.name}: the pipeline left no compiled callables; end it with a codegen step"
+        return f"{label}: the pipeline left no compiled callables; end it with a codegen step"
     return None
 
 

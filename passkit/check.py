@@ -86,8 +86,9 @@ def _max_diff(expected: list[Any], actual: list[Any], label: str, mismatches: li
             mismatches.append(f"{label}[{i}]: shape {tuple(e.shape)} vs {None if a is None else tuple(a.shape)}")
             worst = float("inf")
             continue
-        diff = float((e.double() - a.double()).abs().max()) if e.numel() else 0.0
-        if not torch.allclose(a.double(), e.double(), rtol=RTOL, atol=ATOL):
+        e, a = e.detach().double(), a.detach().double()
+        diff = float((e - a).abs().max()) if e.numel() else 0.0
+        if not torch.allclose(a, e, rtol=RTOL, atol=ATOL):
             mismatches.append(f"{label}[{i}]: max |diff| {diff:.3g}")
         worst = max(worst, diff)
     return worst

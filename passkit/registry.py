@@ -50,16 +50,21 @@ class Registry:
         return [name for name, entry in self.passes.items() if fact in entry.pass_.produces]
 
 
-_cached: tuple[pluggy.PluginManager, Registry] | None = None
+_cached: tuple[pluggy.PluginManager, frozenset[int], Registry] | None = None
 
 
 def get_registry() -> Registry:
-    """The registry of the process-wide plugin manager, rebuilt when that manager changes."""
+    """The registry of the process-wide plugin manager.
+
+    Rebuilt when the manager is replaced or a plugin is registered on it or unregistered, so
+    ``get_plugin_manager().register(my_plugin)`` is all a Python user needs.
+    """
     global _cached
     pm = get_plugin_manager()
-    if _cached is None or _cached[0] is not pm:
-        _cached = (pm, build_registry(pm))
-    return _cached[1]
+    plugins = frozenset(id(p) for p in pm.get_plugins())
+    if _cached is None or _cached[0] is not pm or _cached[1] != plugins:
+        _cached = (pm, plugins, build_registry(pm))
+    return _cached[2]
 
 
 def build_registry(pm: pluggy.PluginManager) -> Registry:

@@ -1,0 +1,117 @@
+"""verify = "numerics" names the first deviating step; training needs joint; on_error = eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import passkit
+from passkit.hookspecs import hookimpl
+from passkit.pass_api import graph_pass
+from passkit.plugins import get_plugin_manager, reset
+
+
+@graph_pass("test.mul_to_add", requires={"functional"})
+def mul_to_add(program) -> bool:
+    """Miscompile on purpose: every multiplication becomes an addition."""
+    changed = False
+    for gm in program.graphs.values():
+        for node in gm.graph.nodes:
+            if node.target is torch.ops.aten.mul.Tensor:
+                node.target = torch.ops.aten.add.Tensor
+                changed = True
+        gm.recompile()
+    return changed
+
+
+class _BadPlugin:
+    @hookimpl
+    def passkit_register_passes(self):
+        return [mul_to_add]
+
+
+@pytest.fixture
+def bad_pass_registered():
+    reset()
+    pm = get_plugin_manager()
+    plugin = _BadPlugin()
+    pm.register(plugin, name="test-bad-pass")
+    try:
+        yield
+    finally:
+        pm.unregister(plugin)
+        reset()
+
+
+def _pipeline(tmp_path, extra: str, *, verify: str = "numerics") -> str:
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        f'[pipeline]\nname = "bad"\nextends = "training"\n\n[settings]\nverify = "{verify}"\n\n{extra}'
+    )
+    return str(path)
+
+
+def test_numerics_verification_names_the_first_deviating_step(tmp_path, bad_pass_registered) -> None:
+    pipeline = _pipeline(tmp_path, '[[steps]]\npass = "test.mul_to_add"\nafter = "partition.default"\n')
+    compiled = passkit.aot_function(lambda x, w: (x * w).sum(-1), pipeline=pipeline)
+    with pytest.raises(passkit.VerificationError) as info:
+        compiled(torch.randn(3, 4), torch.randn(4, requires_grad=True))
+    message = str(info.value)
+    assert message.startswith(f"{pipeline}: steps[0] (test.mul_to_add) changed numerics: max |diff| ")
+    assert message.endswith(" of graph forward, backward")
+
+
+def test_numerics_verification_passes_for_the_shipped_pipelines() -> None:
+    compiled = passkit.aot_function(lambda x, w: (x @ w).softmax(-1), pipeline="debug", dump="off")
+    x, w = torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)
+    out = compiled(x, w)
+    torch.testing.assert_close(out, (x @ w).softmax(-1))
+    (report,) = compiled.passkit_reports
+    assert all(r.status == "ran" for r in report.records)
+
+
+def test_a_training_program_without_joint_is_a_clear_error() -> None:
+    compiled = passkit.aot_function(lambda x: x.sin(), pipeline="inference")
+    with pytest.raises(passkit.PasskitError) as info:
+        compiled(torch.randn(3, requires_grad=True))
+    assert str(info.value) == passkit.load_pipeline("inference").label + (
+        ": the program needs gradients but the pipeline has no 'joint' and 'partition' steps; "
+        "use the 'training' pipeline, or call it under torch.no_grad()"
+    )
+
+
+def test_the_inference_pipeline_runs_under_no_grad() -> None:
+    compiled = passkit.aot_function(lambda x: x.sin(), pipeline="inference")
+    x = torch.randn(3, requires_grad=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), x.sin())
+
+
+def test_on_error_eager_warns_once_and_runs_uncompiled(tmp_path, bad_pass_registered) -> None:
+    @graph_pass("test.explode")
+    def explode(program) -> bool:
+        """Fail on purpose."""
+        raise RuntimeError("boom")
+
+    class Plugin:
+        @hookimpl
+        def passkit_register_passes(self):
+            return [explode]
+
+    pm = get_plugin_manager()
+    plugin = Plugin()
+    pm.register(plugin, name="test-explode")
+    try:
+        pipeline = _pipeline(tmp_path, '[[steps]]\npass = "test.explode"\nafter = "joint"\n', verify="off")
+        raising = passkit.aot_function(lambda x: x.cos(), pipeline=pipeline)
+        with pytest.raises(passkit.PassError) as info:
+            raising(torch.randn(2, requires_grad=True))
+        assert str(info.value) == f"{pipeline}: steps[0] (test.explode) failed: RuntimeError: boom (after: functionalize, joint)"
+        eager = passkit.aot_function(lambda x: x.cos(), pipeline=pipeline, on_error="eager")
+        x = torch.randn(2, requires_grad=True)
+        with pytest.warns(RuntimeWarning, match="passkit: compiling failed, running eagerly: ") as warned:
+            torch.testing.assert_close(eager(x), x.cos())
+            torch.testing.assert_close(eager(x + 1), (x + 1).cos())
+        assert len(warned) == 1
+    finally:
+        pm.unregister(plugin)
