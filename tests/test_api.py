@@ -1,0 +1,72 @@
+"""The public entry points: the registered Dynamo backend, backend(), compile(), aot_module()."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import passkit
+from passkit.examples.transformer import MLP
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> None:
+    torch._dynamo.reset()
+
+
+def test_passkit_is_a_registered_dynamo_backend() -> None:
+    assert "passkit" in torch._dynamo.list_backends(exclude_tags=())
+    torch.manual_seed(0)
+    model = MLP(8, 16)
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(twin, backend="passkit")
+    x = torch.randn(4, 8)
+    compiled(x).sum().backward()
+    model(x).sum().backward()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad)
+
+
+def test_backend_object_takes_a_pipeline_and_settings(tmp_path) -> None:
+    backend = passkit.backend("training", dump="changed", dump_dir=str(tmp_path / "dump"))
+    compiled = torch.compile(lambda x: (x * 3).sin(), backend=backend)
+    x = torch.randn(5, requires_grad=True)
+    compiled(x).sum().backward()
+    assert len(backend.reports) == 1
+    dumped = sorted(p.name for p in (tmp_path / "dump").iterdir())
+    assert "00-captured-main.py" in dumped
+    assert any(name.endswith("-partition.default-forward.py") for name in dumped)
+    assert any(name.endswith("-partition.default-backward.py") for name in dumped)
+
+
+def test_a_bad_pipeline_fails_at_compile_time_with_one_line(tmp_path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text('[[steps]]\npass = "fx.dcee"\n')
+    with pytest.raises(passkit.PipelineError) as info:
+        passkit.compile(lambda x: x, pipeline=str(path))
+    assert str(info.value) == f"{path}: steps[0]: unknown pass 'fx.dcee'; did you mean 'fx.dce'?"
+
+
+def test_aot_module_keeps_state_dict_and_trains() -> None:
+    torch.manual_seed(0)
+    model = MLP(8, 16)
+    twin = copy.deepcopy(model)
+    compiled = passkit.aot_module(twin)
+    assert compiled.state_dict().keys() == {f"mod.{k}" for k in model.state_dict()}
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_graph_breaks_get_one_report_each() -> None:
+    def fn(x):
+        y = x.sin()
+        print("graph break")
+        return y.cos()
+
+    compiled = passkit.compile(fn)
+    x = torch.randn(3, requires_grad=True)
+    compiled(x).sum().backward()
+    torch.testing.assert_close(x.grad, -torch.sin(x.sin()) * torch.cos(x))
+    assert len(compiled.passkit_reports) == 2
