@@ -92,6 +92,22 @@ def _raise_when_called(exc: Exception) -> Callable[..., Any]:
     return raiser
 
 
+DYNAMIC_SHAPES_ERROR = (
+    "passkit: dynamic shapes are not supported yet (Dynamo passed symbolic sizes after a shape "
+    "change); use torch.compile(..., dynamic=False) or passkit.compile, which compile each shape"
+)
+
+
+def _is_dynamic(gm: GraphModule, example_inputs: Sequence[Any]) -> bool:
+    if any(isinstance(x, torch.SymInt) for x in example_inputs):
+        return True
+    for node in gm.graph.nodes:
+        value = node.meta.get("example_value") if node.op == "placeholder" else None
+        if isinstance(value, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in value.shape):
+            return True
+    return False
+
+
 class PasskitBackend:
     """A ``torch.compile`` backend that runs one pipeline; keeps one report per graph."""
 
@@ -113,8 +129,8 @@ class PasskitBackend:
         pipeline = self.pipeline
         fallback = _Fallback(pipeline)
         try:
-            if any(isinstance(x, torch.SymInt) for x in example_inputs):
-                raise PasskitError("dynamic shapes are not supported yet; compile with dynamic=False")
+            if _is_dynamic(gm, example_inputs):
+                raise PasskitError(DYNAMIC_SHAPES_ERROR)
             program = program_from_graph(gm, list(example_inputs))
             self.programs.append(program)
             return compile_program(program, example_inputs, pipeline, reports=self.reports, progress=self.progress)

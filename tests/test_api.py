@@ -70,3 +70,20 @@ def test_graph_breaks_get_one_report_each() -> None:
     compiled(x).sum().backward()
     torch.testing.assert_close(x.grad, -torch.sin(x.sin()) * torch.cos(x))
     assert len(compiled.passkit_reports) == 2
+
+
+def test_dynamic_shapes_are_a_clear_error() -> None:
+    from passkit.api import DYNAMIC_SHAPES_ERROR
+
+    compiled = torch.compile(lambda x: x.sin() * 2, backend="passkit")
+    torch.testing.assert_close(compiled(torch.ones(3)), torch.ones(3).sin() * 2)
+    with pytest.raises(passkit.PasskitError) as info:
+        compiled(torch.ones(4))
+    assert str(info.value) == DYNAMIC_SHAPES_ERROR
+
+
+def test_passkit_compile_compiles_each_shape() -> None:
+    compiled = passkit.compile(lambda x: x.sin() * 2)
+    for n in (3, 4, 5):
+        torch.testing.assert_close(compiled(torch.ones(n)), torch.ones(n).sin() * 2)
+    assert len(compiled.passkit_reports) == 3
