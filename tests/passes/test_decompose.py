@@ -1,0 +1,135 @@
+"""decompose: tables, keep, extra, before or after joint, and the decomposed fact."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import passkit
+from passkit.hookspecs import hookimpl
+from passkit.pass_api import graph_pass
+from passkit.plugins import get_plugin_manager
+
+
+def _ops(program) -> set[str]:
+    return {str(n.target) for gm in program.graphs.values() for n in gm.graph.nodes if n.op == "call_function"}
+
+
+def _pipeline(tmp_path, decompose: str, *, order: str = "after", verify: str = "numerics", extra: str = "") -> str:
+    steps = ['[[steps]]\npass = "functionalize"\n', '[[steps]]\npass = "joint"\n', decompose]
+    if order == "before":
+        steps[1], steps[2] = steps[2], steps[1]
+    steps += ['[[steps]]\npass = "partition.default"\n', extra, '[[steps]]\npass = "codegen.python"\n']
+    path = tmp_path / "p.toml"
+    path.write_text(f'[pipeline]\nname = "p"\n\n[settings]\nverify = "{verify}"\n\n' + "\n".join(s for s in steps if s))
+    return str(path)
+
+
+def _run(pipeline: str):
+    compiled = passkit.aot_function(lambda x, w: torch.nn.functional.gelu(x @ w).softmax(-1), pipeline=pipeline)
+    x, w = torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)
+    out = compiled(x, w)
+    torch.testing.assert_close(out, torch.nn.functional.gelu(x @ w).softmax(-1))
+    out.sum().backward()
+    return compiled
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_core_aten_before_or_after_joint_keeps_numerics_and_facts(tmp_path, order: str) -> None:
+    compiled = _run(_pipeline(tmp_path, '[[steps]]\npass = "decompose"\n', order=order))
+    (report,) = compiled.passkit_reports
+    assert all(r.status == "ran" for r in report.records)
+
+
+def test_keep_leaves_ops_whole_in_forward_and_backward(tmp_path) -> None:
+    decompose = '[[steps]]\npass = "decompose"\nkeep = ["aten.gelu", "aten.gelu_backward.default", "aten._softmax.default"]\n'
+    from passkit.capture import program_from_function
+
+    program = program_from_function(lambda x, w: torch.nn.functional.gelu(x @ w).softmax(-1),
+                                    [torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)])
+    pipeline = passkit.load_pipeline(_pipeline(tmp_path, decompose, verify="facts"))
+    from passkit.runner import run_pipeline
+
+    run_pipeline(pipeline, program)
+    ops = _ops(program)
+    assert {"aten.gelu.default", "aten.gelu_backward.default", "aten._softmax.default"} <= ops
+    assert "aten.t.default" not in ops  # Core ATen lowers t to permute
+
+
+def test_extra_adds_ops_from_the_full_table(tmp_path) -> None:
+    from passkit.capture import program_from_function
+    from passkit.runner import run_pipeline
+
+    program = program_from_function(lambda x: torch.nn.functional.gelu(x).t(), [torch.randn(3, 4)])
+    path = tmp_path / "inf.toml"
+    path.write_text('[[steps]]\npass = "functionalize"\n\n[[steps]]\npass = "decompose"\ntables = []\n'
+                    'extra = ["aten.gelu.default"]\n\n[[steps]]\npass = "codegen.python"\n\n[settings]\nverify = "facts"\n')
+    run_pipeline(passkit.load_pipeline(str(path)), program)
+    ops = _ops(program)
+    assert "aten.gelu.default" not in ops and "aten.t.default" in ops
+
+
+def test_unknown_op_in_keep_is_a_load_error(tmp_path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text('[[steps]]\npass = "functionalize"\n\n[[steps]]\npass = "decompose"\nkeep = ["aten.gelux.default"]\n\n'
+                    '[[steps]]\npass = "codegen.python"\n')
+    with pytest.raises(passkit.PipelineError) as info:
+        passkit.load_pipeline(str(path))
+    assert str(info.value) == f"{path}: steps[1] (decompose).keep: unknown op 'aten.gelux.default'"
+
+
+@graph_pass("test.bring_back_t", requires={"decomposed"})
+def bring_back_t(program) -> bool:
+    """Re-introduce an op the Core ATen table decomposes (aten.t)."""
+    for gm in program.graphs.values():
+        matrix = next(n for n in gm.graph.nodes if n.op == "placeholder" and n.meta["val"].dim() == 2)
+        with gm.graph.inserting_after(matrix):
+            gm.graph.call_function(torch.ops.aten.t.default, (matrix,))
+        gm.recompile()
+    return True
+
+
+class _Plugin:
+    @hookimpl
+    def passkit_register_passes(self):
+        return [bring_back_t]
+
+    @hookimpl
+    def passkit_register_decompositions(self):
+        def gelu_as_tanh_table():
+            return {torch.ops.aten.gelu.default: lambda x, approximate="none": torch.tanh(x)}
+
+        return {"test_gelu_tanh": gelu_as_tanh_table}
+
+
+@pytest.fixture
+def plugin():
+    pm = get_plugin_manager()
+    instance = _Plugin()
+    pm.register(instance, name="test-decompose-plugin")
+    try:
+        yield
+    finally:
+        pm.unregister(instance)
+
+
+def test_fact_verification_names_ops_outside_the_opset(tmp_path, plugin) -> None:
+    pipeline = _pipeline(tmp_path, '[[steps]]\npass = "decompose"\n', verify="facts",
+                         extra='[[steps]]\npass = "test.bring_back_t"\n')
+    with pytest.raises(passkit.VerificationError) as info:
+        _run(pipeline)
+    assert str(info.value) == (
+        f"{pipeline}: steps[4] (test.bring_back_t) broke fact 'decomposed': ops outside the target opset: aten.t.default"
+    )
+
+
+def test_plugins_register_decomposition_tables(tmp_path, plugin) -> None:
+    from passkit.capture import program_from_function
+    from passkit.runner import run_pipeline
+
+    program = program_from_function(lambda x: torch.nn.functional.gelu(x), [torch.randn(3)])
+    path = tmp_path / "p.toml"
+    path.write_text('[[steps]]\npass = "functionalize"\n\n[[steps]]\npass = "decompose"\ntables = ["test_gelu_tanh"]\n\n'
+                    '[[steps]]\npass = "codegen.python"\n')
+    run_pipeline(passkit.load_pipeline(str(path)), program)
+    assert "aten.tanh.default" in _ops(program) and "aten.gelu.default" not in _ops(program)
