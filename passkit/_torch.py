@@ -223,13 +223,17 @@ def decompositions_for(ops: Sequence[Any]) -> dict[Any, Callable[..., Any]]:
 # -- partitioning ---------------------------------------------------------------------------
 
 
-def min_cut_partition(joint: GraphModule, num_fwd_outputs: int) -> tuple[GraphModule, GraphModule]:
+def min_cut_partition(
+    joint: GraphModule, num_fwd_outputs: int, *, memory_budget: float = 1.0
+) -> tuple[GraphModule, GraphModule]:
     """torch's min-cut rematerialization partitioner on a joint graph named primals_*/tangents_*."""
+    import torch._functorch.config as functorch_config
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-    return min_cut_rematerialization_partition(
-        joint, None, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=[]
-    )
+    with functorch_config.patch(activation_memory_budget=memory_budget):
+        return min_cut_rematerialization_partition(
+            joint, None, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=[]
+        )
 
 
 def is_activation_checkpoint(target: Any) -> bool:

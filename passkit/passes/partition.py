@@ -12,6 +12,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import pydantic
 import torch
 from torch.fx import Graph, GraphModule, Node
 
@@ -145,19 +146,34 @@ def default_partition(program: Program) -> bool:
     return True
 
 
+class MinCutOptions(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    memory_budget: float = 1.0
+    """Activation memory to keep, from 0 (save only inputs) to 1 (runtime-optimal)."""
+
+    @pydantic.field_validator("memory_budget")
+    @classmethod
+    def _fraction(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError("must be between 0 and 1")
+        return value
+
+
 @graph_pass(
     "partition.torch_min_cut",
     requires={"joint"},
     produces={"partitioned"},
     invalidates={"joint"},
     training_only=True,
+    options=MinCutOptions,
 )
-def torch_min_cut(program: Program) -> bool:
+def torch_min_cut(program: Program, *, memory_budget: float) -> bool:
     """Split joint with torch's min-cut rematerialization partitioner (honours recompute tags)."""
     joint_gm = program.graphs["joint"]
     io = program.io("joint")
     n_fwd = sum(1 for d in io.outputs if d.kind in ("mutation", "user"))
-    forward, backward = _torch.min_cut_partition(joint_gm, n_fwd)
+    forward, backward = _torch.min_cut_partition(joint_gm, n_fwd, memory_budget=memory_budget)
     fw_outputs = _output_args(forward)
     saved_names = [getattr(n, "name", None) for n in fw_outputs[n_fwd:]]
     bw_inputs = [n for n in backward.graph.nodes if n.op == "placeholder"]

@@ -46,3 +46,27 @@ def test_report_rows_show_saved_tensors() -> None:
     row = next(r for r in report.records if r.id == "partition.default")
     assert row.stats["saved"] >= 1 and row.stats["saved_bytes"] > 0
     assert "saved=" in report.table()
+
+
+def test_min_cut_memory_budget_is_validated_and_applied(tmp_path) -> None:
+    import pytest
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[pipeline]\nname = "b"\nextends = "training"\n\n[override."partition.default"]\nenabled = false\n\n'
+                   '[[steps]]\npass = "partition.torch_min_cut"\nafter = "partition.default"\nmemory_budget = 1.5\n')
+    with pytest.raises(passkit.PipelineError) as info:
+        passkit.load_pipeline(str(bad))
+    assert str(info.value) == f"{bad}: steps[0] (partition.torch_min_cut).memory_budget: must be between 0 and 1"
+
+    def fn(x, w1, w2):
+        return ((x @ w1).relu().sin() @ w2).cos().sum()
+
+    saved = {}
+    for budget in (1.0, 0.0):
+        program = program_from_function(fn, [torch.randn(8, 16), torch.randn(16, 32, requires_grad=True), torch.randn(32, 4, requires_grad=True)])
+        for pass_ in (functionalize, joint):
+            pass_(program)
+        program.stats.clear()
+        torch_min_cut(program, memory_budget=budget)
+        saved[budget] = program.stats["activation_bytes"]
+    assert saved[0.0] == 0 < saved[1.0]
