@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import importlib
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -54,6 +56,8 @@ def load_factory(spec: str) -> Callable[[], Any]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise PasskitError(f"--model must look like 'package.module:factory', not '{spec}'")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` would: models in the current folder
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -185,7 +185,7 @@ def max_difference(expected: Sequence[Any], actual: Sequence[Any]) -> tuple[floa
 def _close(expected: Any, actual: Any) -> bool:
     if not isinstance(expected, torch.Tensor) or not isinstance(actual, torch.Tensor):
         return True
-    if expected.shape != actual.shape:
+    if expected.shape != actual.shape or expected.dtype != actual.dtype:
         return False
     if not expected.is_floating_point():
         return bool(torch.equal(expected, actual))

@@ -106,7 +106,7 @@ def _options_from_signature(name: str, fn: Callable[..., Any]) -> type[pydantic.
 
 def _resolved_hints(fn: Callable[..., Any]) -> dict[str, Any]:
     try:
-        return typing.get_type_hints(fn)
+        return typing.get_type_hints(fn, include_extras=True)
     except Exception:  # unresolved forward references: fall back to raw annotations
         return {k: (Any if isinstance(v, str) else v) for k, v in getattr(fn, "__annotations__", {}).items()}
 

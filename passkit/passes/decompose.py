@@ -80,6 +80,7 @@ def build_table(tables: list[str], keep: list[str], extra: list[str]) -> tuple[d
 def decompose(program: Program, *, tables: list[str], keep: list[str], extra: list[str]) -> bool:
     """Lower ops through decomposition tables (Core ATen by default), keeping the ones listed."""
     table, kept = build_table(tables, keep, extra)
+    before = program.graph_hash()
     functional = "functional" in program.facts
     for name, gm in list(program.graphs.items()):
         program.graphs[name] = _torch.retrace(gm, decompositions=table, functional=functional)
@@ -90,7 +91,7 @@ def decompose(program: Program, *, tables: list[str], keep: list[str], extra: li
     # Later traces (joint) lower what they emit through the same table, keeping the fact.
     program.notes["decomposition_table"] = table
     program.notes["opset"] = in_opset
-    return True
+    return program.graph_hash() != before
 
 
 @hookimpl
