@@ -3,7 +3,9 @@
 Fixtures:
 - ``passkit_plugin_manager``: a fresh plugin manager (built-ins and installed plugins), so a test
   can register its own plugin without touching the process-wide one;
-- ``make_program``: build a captured ``Program`` from a function and example inputs.
+- ``make_program``: build a captured ``Program`` from a function and example inputs;
+- ``register_passkit_plugin``: register a plugin on the process-wide manager for one test, so
+  ``passkit.compile`` and pipeline files see its passes; it is unregistered afterwards.
 
 Assertion: ``assert_pass_preserves_numerics(pass_, program, **options)`` runs a pass on a
 program and fails, naming the largest difference, if the program now computes something else.
@@ -15,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import pytest
 
-__all__ = ["assert_pass_preserves_numerics", "make_program", "passkit_plugin_manager"]
+__all__ = ["assert_pass_preserves_numerics", "make_program", "passkit_plugin_manager", "register_passkit_plugin"]
 
 
 @pytest.fixture
@@ -24,6 +26,24 @@ def passkit_plugin_manager() -> Any:
     from passkit.plugins import make_plugin_manager
 
     return make_plugin_manager()
+
+
+@pytest.fixture
+def register_passkit_plugin() -> Any:
+    """``register_passkit_plugin(plugin, name=None)``: register for this test only."""
+    from passkit.plugins import get_plugin_manager
+
+    pm = get_plugin_manager()
+    registered: list[Any] = []
+
+    def register(plugin: Any, name: str | None = None) -> Any:
+        pm.register(plugin, name=name)
+        registered.append(plugin)
+        return plugin
+
+    yield register
+    for plugin in registered:
+        pm.unregister(plugin)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import torch
 import passkit
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
-from passkit.plugins import get_plugin_manager
 
 
 def _ops(program) -> set[str]:
@@ -103,14 +102,8 @@ class _Plugin:
 
 
 @pytest.fixture
-def plugin():
-    pm = get_plugin_manager()
-    instance = _Plugin()
-    pm.register(instance, name="test-decompose-plugin")
-    try:
-        yield
-    finally:
-        pm.unregister(instance)
+def plugin(register_passkit_plugin):
+    register_passkit_plugin(_Plugin(), name="test-decompose-plugin")
 
 
 def test_fact_verification_names_ops_outside_the_opset(tmp_path, plugin) -> None:

@@ -8,7 +8,6 @@ import torch
 import passkit
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
-from passkit.plugins import get_plugin_manager, reset
 
 
 @graph_pass("test.mul_to_add", requires={"functional"})
@@ -31,16 +30,8 @@ class _BadPlugin:
 
 
 @pytest.fixture
-def bad_pass_registered():
-    reset()
-    pm = get_plugin_manager()
-    plugin = _BadPlugin()
-    pm.register(plugin, name="test-bad-pass")
-    try:
-        yield
-    finally:
-        pm.unregister(plugin)
-        reset()
+def bad_pass_registered(register_passkit_plugin):
+    register_passkit_plugin(_BadPlugin(), name="test-bad-pass")
 
 
 def _pipeline(tmp_path, extra: str, *, verify: str = "numerics") -> str:
@@ -87,7 +78,7 @@ def test_the_inference_pipeline_runs_under_no_grad() -> None:
         torch.testing.assert_close(compiled(x), x.sin())
 
 
-def test_on_error_eager_warns_once_and_runs_uncompiled(tmp_path, bad_pass_registered) -> None:
+def test_on_error_eager_warns_once_and_runs_uncompiled(tmp_path, register_passkit_plugin) -> None:
     @graph_pass("test.explode")
     def explode(program) -> bool:
         """Fail on purpose."""
@@ -98,20 +89,15 @@ def test_on_error_eager_warns_once_and_runs_uncompiled(tmp_path, bad_pass_regist
         def passkit_register_passes(self):
             return [explode]
 
-    pm = get_plugin_manager()
-    plugin = Plugin()
-    pm.register(plugin, name="test-explode")
-    try:
-        pipeline = _pipeline(tmp_path, '[[steps]]\npass = "test.explode"\nafter = "joint"\n', verify="off")
-        raising = passkit.aot_function(lambda x: x.cos(), pipeline=pipeline)
-        with pytest.raises(passkit.PassError) as info:
-            raising(torch.randn(2, requires_grad=True))
-        assert str(info.value) == f"{pipeline}: steps[0] (test.explode) failed: RuntimeError: boom (after: functionalize, joint)"
-        eager = passkit.aot_function(lambda x: x.cos(), pipeline=pipeline, on_error="eager")
-        x = torch.randn(2, requires_grad=True)
-        with pytest.warns(RuntimeWarning, match="passkit: compiling failed, running eagerly: ") as warned:
-            torch.testing.assert_close(eager(x), x.cos())
-            torch.testing.assert_close(eager(x + 1), (x + 1).cos())
-        assert len(warned) == 1
-    finally:
-        pm.unregister(plugin)
+    register_passkit_plugin(Plugin(), name="test-explode")
+    pipeline = _pipeline(tmp_path, '[[steps]]\npass = "test.explode"\nafter = "joint"\n', verify="off")
+    raising = passkit.aot_function(lambda x: x.cos(), pipeline=pipeline)
+    with pytest.raises(passkit.PassError) as info:
+        raising(torch.randn(2, requires_grad=True))
+    assert str(info.value) == f"{pipeline}: steps[0] (test.explode) failed: RuntimeError: boom (after: functionalize, joint)"
+    eager = passkit.aot_function(lambda x: x.cos(), pipeline=pipeline, on_error="eager")
+    x = torch.randn(2, requires_grad=True)
+    with pytest.warns(RuntimeWarning, match="passkit: compiling failed, running eagerly: ") as warned:
+        torch.testing.assert_close(eager(x), x.cos())
+        torch.testing.assert_close(eager(x + 1), (x + 1).cos())
+    assert len(warned) == 1
