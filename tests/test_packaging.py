@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 # What a build reads; passkit/pipelines is a symlink to ../pipelines in the source tree.
 BUILD_INPUTS = ("pyproject.toml", "README.md", "LICENSE", "passkit", "pipelines")
 SHIPPED = ("debug", "inference", "training")
+DEPENDENCIES = ("torch", "pydantic", "pluggy", "click", "numpy")
 
 PROBE = """
 import importlib.metadata, json, passkit
@@ -59,11 +60,18 @@ def _venv_python(folder: Path) -> Path:
 
 
 def _outer_site_dirs() -> list[str]:
-    """Where this interpreter finds torch and friends (a venv's or the system's site-packages)."""
+    """Where this interpreter finds passkit's dependencies, wherever they were installed.
+
+    Site directories, plus the folder holding each dependency, for environments that reach their
+    packages through a ``.pth`` file rather than a site directory. Never the repository itself.
+    """
     dirs = list(site.getsitepackages())
     if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
         dirs.append(site.getusersitepackages())
-    return dirs
+    for name in DEPENDENCIES:
+        module = __import__(name)
+        dirs.append(str(Path(module.__file__).parent.parent))
+    return [d for d in dict.fromkeys(dirs) if not Path(d).resolve().is_relative_to(REPO)]
 
 
 def _clean_env() -> dict[str, str]:

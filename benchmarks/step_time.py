@@ -1,0 +1,356 @@
+"""Measure one training step's time and compile time: eager, torch.compile and passkit pipelines.
+
+A step is: zero the grads, forward, ``loss = (out ** 2).mean()``, backward. Contenders:
+
+- ``eager``: the model as is;
+- ``aot_eager``: ``torch.compile(backend="aot_eager")`` (torch's AOT Autograd, graphs run eagerly);
+- ``inductor``: ``torch.compile(backend="inductor")``, skipped with a note if it cannot compile here;
+- ``passkit:<pipeline>``: ``passkit.compile(model, pipeline=...)`` for each pipeline named on the
+  command line (a pipeline name or a ``.toml`` path; default ``training``).
+
+Method: every contender gets its own deep copy of the model and its own copy of the input. Its
+COMPILE time is the wall time of its first step (Dynamo, the backend, forward and backward
+compilation), the median of ``--compile-repeats`` fresh compiles after ``torch._dynamo.reset()``
+(Inductor: one compile, it takes tens of seconds cold). After two more warm-up steps the contenders are timed round by round: each round
+runs every contender once, in an order that rotates each round, and the median per contender is
+reported, with the minimum (less sensitive to other processes). First-use costs
+(imports, registries) are paid by an untimed warm-up compile, and Inductor's and AOT Autograd's
+on-disk caches are switched off, so compile times are cold and comparable.
+
+With few cores, any other busy process makes torch's worker threads wait on each other and step
+times jump several-fold; the machine line prints the load average, and ``--threads 1`` gives
+steadier figures on a shared machine.
+
+Targets (exit status 1 if one fails), for the ``training`` pipeline:
+(a) passkit / eager <= 1.05 on ``large``;
+(b) on ``mlp`` and ``small``, passkit / eager <= aot_eager / eager in the same run;
+(c) passkit compile time <= 1.5 x aot_eager's, on every workload.
+
+Run: ``python benchmarks/step_time.py [PIPELINE ...] [--workloads mlp,small,large] [--rounds N]
+[--compile-repeats 3] [--threads 2] [--json OUT]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+import passkit
+from passkit.examples import transformer
+
+WORKLOADS: dict[str, tuple[Callable[[], Any], int]] = {
+    # name -> (factory, default rounds)
+    "mlp": (transformer.mlp, 15),
+    "small": (transformer.small_stack, 15),
+    "large": (transformer.large_stack, 8),
+}
+WARMUP_STEPS = 2
+LARGE_RATIO_TARGET = 1.05
+COMPILE_RATIO_TARGET = 1.5
+TARGET_PIPELINE = "training"
+
+
+@dataclass
+class Contender:
+    name: str
+    model: torch.nn.Module
+    step_fn: Callable[[torch.Tensor], Any]
+    inputs: torch.Tensor
+    compile_s: float = 0.0
+    times_s: list[float] = field(default_factory=list)
+
+    def step(self) -> None:
+        self.model.zero_grad(set_to_none=True)
+        out = self.step_fn(self.inputs)
+        loss = (out**2).mean()
+        loss.backward()
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times_s)
+
+    @property
+    def min_s(self) -> float:
+        return min(self.times_s)
+
+
+@dataclass
+class WorkloadResult:
+    workload: str
+    rounds: int
+    compile_repeats: int
+    contenders: dict[str, dict[str, Any]]
+    notes: list[str]
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    }
+
+
+def disable_compile_caches(scratch: str) -> None:
+    """Cold compiles every run, so compile times do not depend on an earlier run's disk cache."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    inductor_config.fx_graph_cache = False
+    functorch_config.enable_autograd_cache = False
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = scratch  # Inductor's compiled C++ kernels live here
+
+
+def build_contenders(
+    factory: Callable[[], Any], pipelines: list[str], notes: list[str], compile_repeats: int
+) -> list[Contender]:
+    """Compile every contender ``compile_repeats`` times (Inductor once) and keep the last build.
+
+    Each repeat starts from ``torch._dynamo.reset()`` and a fresh deep copy, in a rotated order;
+    a contender's compile time is the median of its repeats.
+    """
+    base, example = factory()
+    (x,) = example
+    builders: list[tuple[str, Callable[[torch.nn.Module], Any]]] = [
+        ("eager", lambda m: m),
+        ("aot_eager", lambda m: torch.compile(m, backend="aot_eager")),
+        ("inductor", lambda m: torch.compile(m, backend="inductor")),
+    ]
+    for spec in pipelines:
+        builders.append((f"passkit:{spec}", lambda m, spec=spec: passkit.compile(m, pipeline=spec)))
+    compile_times: dict[str, list[float]] = {name: [] for name, _ in builders}
+    skipped: set[str] = set()
+    built: dict[str, Contender] = {}
+    for repeat in range(compile_repeats):
+        torch._dynamo.reset()
+        last = repeat == compile_repeats - 1
+        shift = repeat % len(builders)
+        for name, build in builders[shift:] + builders[:shift]:
+            # Inductor's cold compile takes tens of seconds; once is enough to show its cost.
+            if name in skipped or (name == "inductor" and not last):
+                continue
+            model = copy.deepcopy(base)
+            contender = Contender(name, model, build(model), x.clone())
+            started = time.perf_counter()
+            try:
+                contender.step()
+            except Exception as exc:  # noqa: BLE001 - a contender that cannot compile is reported, not fatal
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                notes.append(f"{name} skipped: {type(exc).__name__}: {reason[:160]}")
+                skipped.add(name)
+                continue
+            compile_times[name].append(time.perf_counter() - started)
+            if last:
+                built[name] = contender
+    contenders = [built[name] for name, _ in builders if name in built]
+    for contender in contenders:
+        contender.compile_s = statistics.median(compile_times[contender.name])
+        for _ in range(WARMUP_STEPS):
+            contender.step()
+    return contenders
+
+
+def warm_up(pipelines: list[str]) -> None:
+    """Pay first-use costs (imports, registries, decomposition tables) outside every figure.
+
+    Otherwise whichever contender compiles first in the process is charged for them.
+    """
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU(), torch.nn.Linear(16, 8))
+    x = torch.randn(4, 8)
+    compilers = [lambda m: torch.compile(m, backend="aot_eager")]
+    compilers += [lambda m, spec=spec: passkit.compile(m, pipeline=spec) for spec in pipelines]
+    for compile_fn in compilers:
+        compiled = compile_fn(copy.deepcopy(model))
+        (compiled(x) ** 2).mean().backward()
+    torch._dynamo.reset()
+
+
+def time_rounds(contenders: list[Contender], rounds: int) -> None:
+    for round_index in range(rounds):
+        shift = round_index % len(contenders)
+        for contender in contenders[shift:] + contenders[:shift]:
+            started = time.perf_counter()
+            contender.step()
+            contender.times_s.append(time.perf_counter() - started)
+
+
+def run_workload(name: str, pipelines: list[str], rounds: int, compile_repeats: int) -> WorkloadResult:
+    notes: list[str] = []
+    factory, _ = WORKLOADS[name]
+    contenders = build_contenders(factory, pipelines, notes, compile_repeats)
+    time_rounds(contenders, rounds)
+    figures = {
+        c.name: {
+            "median_ms": c.median_s * 1e3,
+            "min_ms": c.min_s * 1e3,
+            "compile_s": c.compile_s,
+            "times_ms": [t * 1e3 for t in c.times_s],
+        }
+        for c in contenders
+    }
+    return WorkloadResult(name, rounds, compile_repeats, figures, notes)
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    if value is None or not base:
+        return None
+    return value / base
+
+
+def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def print_table(result: WorkloadResult) -> None:
+    figures = result.contenders
+    eager = figures.get("eager", {}).get("median_ms")
+    aot_compile = figures.get("aot_eager", {}).get("compile_s")
+    width = max([len("contender"), *(len(n) for n in figures)])
+    print(f"\n== {result.workload} ({result.rounds} rounds; compile: median of {result.compile_repeats}) ==")
+    header = f"{'contender'.ljust(width)}  {'median':>10}  {'min':>10}  {'vs eager':>8}  {'compile':>9}  {'vs aot_eager':>12}"
+    print(header)
+    print("-" * len(header))
+    for name, fig in figures.items():
+        compile_s = fig["compile_s"] if name != "eager" else None
+        print(
+            f"{name.ljust(width)}  {fig['median_ms']:7.2f} ms  {fig['min_ms']:7.2f} ms  {_fmt(_ratio(fig['median_ms'], eager), '.3f', 'x'):>8}"
+            f"  {_fmt(compile_s, '7.2f', ' s'):>9}  {_fmt(_ratio(compile_s, aot_compile), '.2f', 'x'):>12}"
+        )
+    for note in result.notes:
+        print(f"note: {note}")
+
+
+def target_contender(pipelines: list[str]) -> str | None:
+    """The contender the targets judge: the ``training`` pipeline, by name or by a path to it."""
+    for spec in pipelines:
+        if spec == TARGET_PIPELINE:
+            return f"passkit:{spec}"
+    for spec in pipelines:
+        if passkit.load_pipeline(spec).name == TARGET_PIPELINE:
+            return f"passkit:{spec}"
+    return None
+
+
+def evaluate_targets(results: dict[str, WorkloadResult], pipelines: list[str]) -> list[tuple[str, bool | None, str]]:
+    """Rows of (target, passed or None when not measured, figures)."""
+    subject = target_contender(pipelines)
+    rows: list[tuple[str, bool | None, str]] = []
+    if subject is None:
+        return [("targets", None, f"no '{TARGET_PIPELINE}' pipeline among the contenders")]
+
+    def median(workload: str, name: str) -> float | None:
+        result = results.get(workload)
+        return result.contenders.get(name, {}).get("median_ms") if result else None
+
+    eager, ours = median("large", "eager"), median("large", subject)
+    ratio = _ratio(ours, eager)
+    rows.append((
+        f"(a) large: {subject} / eager <= {LARGE_RATIO_TARGET}",
+        None if ratio is None else ratio <= LARGE_RATIO_TARGET,
+        _fmt(ratio, ".3f", "x"),
+    ))
+    for workload in ("mlp", "small"):
+        eager = median(workload, "eager")
+        ours, theirs = _ratio(median(workload, subject), eager), _ratio(median(workload, "aot_eager"), eager)
+        passed = None if ours is None or theirs is None else ours <= theirs
+        rows.append((
+            f"(b) {workload}: {subject} / eager <= aot_eager / eager",
+            passed,
+            f"{_fmt(ours, '.3f', 'x')} vs {_fmt(theirs, '.3f', 'x')}",
+        ))
+    for workload, result in results.items():
+        ours_c = result.contenders.get(subject, {}).get("compile_s")
+        theirs_c = result.contenders.get("aot_eager", {}).get("compile_s")
+        ratio = _ratio(ours_c, theirs_c)
+        rows.append((
+            f"(c) {workload}: {subject} compile <= {COMPILE_RATIO_TARGET} x aot_eager",
+            None if ratio is None else ratio <= COMPILE_RATIO_TARGET,
+            f"{_fmt(ours_c, '.2f', ' s')} vs {_fmt(theirs_c, '.2f', ' s')} ({_fmt(ratio, '.2f', 'x')})",
+        ))
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("pipelines", nargs="*", default=[TARGET_PIPELINE], help="passkit pipelines (names or .toml paths)")
+    parser.add_argument("--workloads", default="mlp,small,large", help="comma-separated: " + ",".join(WORKLOADS))
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per workload (default: per workload)")
+    parser.add_argument("--compile-repeats", type=int, default=3, help="compiles per contender (median; Inductor once)")
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    parser.add_argument("--json", type=Path, default=None, help="write the raw figures to this file")
+    args = parser.parse_args()
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in workloads if w not in WORKLOADS]
+    if unknown:
+        parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
+    for spec in args.pipelines:
+        try:
+            passkit.load_pipeline(spec)  # a bad pipeline fails now, in one line, not after minutes
+        except passkit.PasskitError as exc:
+            parser.error(str(exc))
+
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory(prefix="step-time-inductor-") as scratch:
+        disable_compile_caches(scratch)
+        return run(args, workloads)
+
+
+def run(args: argparse.Namespace, workloads: list[str]) -> int:
+    """Measure every workload, print the tables and the targets; 1 if a target fails."""
+    info = machine()
+    print(f"machine: {info['cpu']}; {info['threads']} threads; torch {info['torch']}; python {info['python']}")
+    if info["load_average_1min"] is not None:
+        # With few cores, another busy process makes torch's worker threads wait on each other.
+        print(f"load average at start: {info['load_average_1min']:.2f} (above ~0.5 the step times are noisy)")
+
+    warm_up(args.pipelines)
+    results: dict[str, WorkloadResult] = {}
+    for workload in workloads:
+        rounds = args.rounds or WORKLOADS[workload][1]
+        results[workload] = run_workload(workload, args.pipelines, rounds, args.compile_repeats)
+        print_table(results[workload])
+
+    rows = evaluate_targets(results, args.pipelines)
+    print("\ntargets")
+    width = max(len(row[0]) for row in rows)
+    failed = False
+    for label, passed, figures in rows:
+        verdict = "n/a (workload not run)" if passed is None else ("PASS" if passed else "FAIL")
+        failed |= passed is False
+        print(f"{label.ljust(width)}  {figures:<28}  {verdict}")
+
+    if args.json:
+        payload = {
+            "machine": info,
+            "pipelines": args.pipelines,
+            "workloads": {name: asdict(result) for name, result in results.items()},
+            "targets": [{"target": label, "passed": passed, "figures": figs} for label, passed, figs in rows],
+        }
+        args.json.write_text(json.dumps(payload, indent=2))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
