@@ -43,7 +43,7 @@ def test_pipelines_lists_the_plugin_pipeline() -> None:
     assert result.exit_code == 0, result.stderr
     rows = {row["name"]: row for row in json.loads(result.stdout)}
     row = rows["training-noops"]
-    assert row["description"] == "The training pipeline plus example.remove_noops after decompose"
+    assert row["description"] == "The training pipeline plus example.remove_noops after joint"
     assert row["file"].endswith("passkit_example/pipelines/training-noops.toml")
 
 

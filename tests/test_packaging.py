@@ -154,7 +154,7 @@ def test_installed_wheel_resolves_the_shipped_pipelines(installed: dict[str, Pat
     assert debug["files"] == [training["source"], debug["source"]]
     assert debug["steps"] == training["steps"]
     assert [step[1] for step in training["steps"]] == [
-        "functionalize", "joint", "decompose", "partition.default", "fx.cse", "fx.dce", "codegen.python",
+        "functionalize", "decompose", "joint", "partition.default", "fx.cse", "fx.dce", "codegen.python",
     ]
     assert training["settings"]["verify"] == "off" and training["settings"]["dump"] == "off"
     assert (debug["settings"]["verify"], debug["settings"]["dump"]) == ("numerics", "all")

@@ -76,6 +76,16 @@ def build_table(tables: list[str], keep: list[str], extra: list[str]) -> tuple[d
     return table, kept
 
 
+# Ops whose meaning is about autograd, not values. ``main`` is differentiated later by ``joint``,
+# so lowering them there (detach -> alias) would let gradients through; ``joint`` lowers them
+# after autograd has applied them.
+_AUTOGRAD_SEMANTICS = frozenset({torch.ops.aten.detach.default})
+
+
+def _without_autograd_ops(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
+    return {op: fn for op, fn in table.items() if op not in _AUTOGRAD_SEMANTICS}
+
+
 @graph_pass("decompose", requires={"functional"}, produces={"decomposed"}, options=DecomposeOptions)
 def decompose(program: Program, *, tables: list[str], keep: list[str], extra: list[str]) -> bool:
     """Lower ops through decomposition tables (Core ATen by default), keeping the ones listed."""
@@ -83,9 +93,12 @@ def decompose(program: Program, *, tables: list[str], keep: list[str], extra: li
     before = program.graph_hash()
     functional = "functional" in program.facts
     for name, gm in list(program.graphs.items()):
-        program.graphs[name] = _torch.retrace(gm, decompositions=table, functional=functional)
+        graph_table = _without_autograd_ops(table) if name == "main" else table
+        program.graphs[name] = _torch.retrace(gm, decompositions=graph_table, functional=functional)
 
     def in_opset(op: Any) -> bool:
+        if op in _AUTOGRAD_SEMANTICS and "main" in program.graphs:
+            return True
         return op in kept or op not in table
 
     # Later traces (joint) lower what they emit through the same table, keeping the fact.

@@ -216,7 +216,7 @@ def test_bad_option_is_rejected_with_the_doc_message(project: Path, tmp_path: Pa
 def test_shipped_pipeline_is_found_by_name(project: Path) -> None:
     pipeline = passkit.load_pipeline("fold")
     ids = [step.id for step in pipeline.steps]
-    assert ids[ids.index("decompose") + 1] == "acme.fold_double_neg"
+    assert ids[ids.index("joint") + 1] == "acme.fold_double_neg"
     assert pipeline.source == project / "acme_passes" / "pipelines" / "fold.toml"
 
 

@@ -126,3 +126,11 @@ def test_plugins_register_decomposition_tables(tmp_path, plugin) -> None:
                     '[[steps]]\npass = "codegen.python"\n')
     run_pipeline(passkit.load_pipeline(str(path)), program)
     assert "aten.tanh.default" in _ops(program) and "aten.gelu.default" not in _ops(program)
+
+
+def test_detach_still_stops_gradients_when_decomposing_before_joint(tmp_path) -> None:
+    pipeline = _pipeline(tmp_path, '[[steps]]\npass = "decompose"\n', order="before", verify="facts")
+    compiled = passkit.aot_function(lambda x: x * x.detach(), pipeline=pipeline)
+    x = torch.randn(4, requires_grad=True)
+    compiled(x).sum().backward()
+    torch.testing.assert_close(x.grad, x.detach())  # d/dx (x * const) = const, not 2x

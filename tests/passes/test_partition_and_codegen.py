@@ -70,3 +70,21 @@ def test_min_cut_memory_budget_is_validated_and_applied(tmp_path) -> None:
         torch_min_cut(program, memory_budget=budget)
         saved[budget] = program.stats["activation_bytes"]
     assert saved[0.0] == 0 < saved[1.0]
+
+
+def test_fast_calls_run_the_same_kernels_and_leave_the_graphs_alone() -> None:
+    from passkit.examples.transformer import small_stack
+
+    model, (x,) = small_stack()
+    compiled = passkit.compile(model)
+    compiled(x).sum().backward()
+    (program,) = compiled.passkit_backend.programs
+    forward = program.graphs["forward"]
+    assert "torch.ops.aten.view.default" in forward.code  # the IR keeps ATen ops
+    values = [torch.randn(n.meta["val"].shape) for n in forward.graph.nodes if n.op == "placeholder"]
+    fast = program.compiled["forward"](*values)
+    codegen_python(program, fast_calls=False)
+    plain = program.compiled["forward"](*values)
+    assert len(fast) == len(plain)
+    for a, b in zip(fast, plain):
+        assert torch.equal(a, b)

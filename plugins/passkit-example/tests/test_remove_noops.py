@@ -146,12 +146,12 @@ def test_bad_options_fail_when_the_file_loads(tmp_path: Path, monkeypatch, overr
     assert str(raised.value) == f'bad.toml: override."example.remove_noops".{message}'
 
 
-def test_shipped_pipeline_inserts_the_pass_after_decompose() -> None:
+def test_shipped_pipeline_inserts_the_pass_after_joint() -> None:
     pipeline = passkit.load_pipeline("training-noops")
     ids = [step.id for step in pipeline.steps]
-    assert ids[ids.index("decompose") + 1] == "example.remove_noops"
+    assert ids[ids.index("joint") + 1] == "example.remove_noops"
     assert ids[0] == "functionalize" and ids[-1] == "codegen.python"
-    assert pipeline.description == "The training pipeline plus example.remove_noops after decompose"
+    assert pipeline.description == "The training pipeline plus example.remove_noops after joint"
 
 
 def test_pipeline_compiles_and_matches_eager() -> None:
