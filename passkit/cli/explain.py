@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 __all__ = ["command", "explain_text"]
 
 DEFAULT_ORIGIN = "<default>"  # as passkit.pipeline writes it
+WIDE = 60  # longer list values are shown one item per row
 
 
 @click.command("explain")
@@ -64,6 +65,17 @@ def explain_text(pipeline: Pipeline) -> str:
             title += f" [{', '.join(flags)}]"
         rows.append((str(step.position), title, step.origin.get("pass", DEFAULT_ORIGIN)))
         for key, value in step.options.model_dump().items():
-            rows.append(("", f"  {key} = {terminal.format_value(value)}", step.origin.get(key, DEFAULT_ORIGIN)))
+            rows.extend(_option_rows(key, value, step.origin.get(key, DEFAULT_ORIGIN)))
     lines.append(terminal.table(("#", "step", "set by"), rows))
     return "\n".join(lines)
+
+
+def _option_rows(key: str, value: object, origin: str) -> list[tuple[str, str, str]]:
+    """One row per option; a long list gets one row per item so the table stays readable."""
+    text = terminal.format_value(value)
+    if not isinstance(value, list) or len(text) <= WIDE:
+        return [("", f"  {key} = {text}", origin)]
+    rows = [("", f"  {key} = [", origin)]
+    rows.extend(("", f"    {terminal.format_value(item)},", "") for item in value)
+    rows.append(("", "  ]", ""))
+    return rows

@@ -113,3 +113,17 @@ def test_explain_marks_disabled_and_conditional_steps(cli, registry, workdir, go
         '     keep = ["aten.gelu"]                     <default>\n'
         "3  t.codegen                                  good.toml\n"
     )
+
+
+def test_explain_shows_long_lists_one_item_per_row() -> None:
+    from click.testing import CliRunner
+
+    from passkit.cli import main
+
+    result = CliRunner().invoke(main, ["explain", "training"])
+    assert result.exit_code == 0
+    lines = [line.rstrip() for line in result.output.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith("keep = ["))
+    assert lines[start].endswith("pipelines/training.toml")
+    assert lines[start + 1].strip() == '"aten.native_layer_norm.default",'
+    assert max(len(line) for line in lines) < 100
