@@ -27,18 +27,39 @@ def _input_kind(name: str, value: Any) -> str:
     return "user"
 
 
-def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[OutputInfo], bool]:
-    """Run ``gm`` on fresh fake inputs: which outputs need grad, which alias an input."""
+def _traced_values(gm: GraphModule) -> tuple[list[Any], list[Any]] | None:
+    """The fake inputs and outputs Dynamo recorded while tracing, if every one is there."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    results = output.args[0] if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
+    if not all("example_value" in n.meta for n in placeholders):
+        return None
+    if not all(isinstance(r, torch.fx.Node) and "example_value" in r.meta for r in results):
+        return None
+    return [n.meta["example_value"] for n in placeholders], [r.meta["example_value"] for r in results]
+
+
+def _run_on_fresh_fakes(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
     mode = _torch.new_fake_mode()
     fresh = [_torch.fakify(mode, x) for x in real_inputs]
+    with mode:
+        outs = gm(*fresh)
+    return fresh, list(outs) if isinstance(outs, (tuple, list)) else [outs]
+
+
+def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[OutputInfo], bool]:
+    """Which outputs need grad, and which alias an input.
+
+    Dynamo already traced the graph on fake tensors and left the values on the nodes; other
+    graphs run once on fresh fake inputs.
+    """
+    traced = _traced_values(gm)
+    fresh, outs = traced if traced is not None else _run_on_fresh_fakes(gm, real_inputs)
     storages = {
         _torch.StorageWeakRef(x.untyped_storage()): i
         for i, x in enumerate(fresh)
         if isinstance(x, torch.Tensor)
     }
-    with mode:
-        outs = gm(*fresh)
-    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
     infos = []
     for out in outs:
         if not isinstance(out, torch.Tensor):

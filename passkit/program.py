@@ -107,6 +107,7 @@ class Program:
     training: bool = False
     notes: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
+    _hash_cache: Any = field(default=None, repr=False, compare=False)
 
     def record_stat(self, key: str, value: Any) -> None:
         """Attach a figure to the current step's report row (for example saved bytes)."""
@@ -129,12 +130,22 @@ class Program:
         return sum(len(gm.graph.nodes) for gm in self.graphs.values())
 
     def graph_hash(self) -> str:
-        """Hash of every graph's generated code: how the runner decides a step changed things."""
+        """Hash of every graph's generated code: how the runner decides a step changed things.
+
+        Cached on the identity of each graph's code string, which ``recompile`` replaces.
+        """
+        codes = [(name, self.graphs[name].code) for name in sorted(self.graphs)]
+        cached = self._hash_cache
+        if cached is not None and len(cached[0]) == len(codes) and all(
+            old_name == name and old_code is code for (old_name, old_code), (name, code) in zip(cached[0], codes)
+        ):
+            return cached[1]
         digest = hashlib.sha256()
-        for name in sorted(self.graphs):
+        for name, code in codes:
             digest.update(name.encode())
-            digest.update(self.graphs[name].code.encode())
-        return digest.hexdigest()
+            digest.update(code.encode())
+        self._hash_cache = (codes, digest.hexdigest())
+        return self._hash_cache[1]
 
     def describe(self) -> str:
         graphs = ", ".join(f"{n} ({len(g.graph.nodes)} nodes)" for n, g in self.graphs.items())

@@ -77,8 +77,11 @@ def fast_call_graph(gm: GraphModule) -> GraphModule:
 def codegen_python(program: Program, *, fast_calls: bool = True) -> bool:
     """Compile every graph to Python code (common ATen ops as plain torch calls)."""
     for name, gm in program.graphs.items():
-        runnable = fast_call_graph(gm) if fast_calls else gm
-        runnable.recompile()
+        if fast_calls:
+            runnable = fast_call_graph(gm)  # a new GraphModule: compiled on construction
+        else:
+            runnable = gm
+            runnable.recompile()
         program.compiled[name] = runnable.forward
     return False
 

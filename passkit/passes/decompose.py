@@ -86,6 +86,22 @@ def _without_autograd_ops(table: dict[Any, Callable[..., Any]]) -> dict[Any, Cal
     return {op: fn for op, fn in table.items() if op not in _AUTOGRAD_SEMANTICS}
 
 
+def _lowered(gm: Any, table: dict[Any, Callable[..., Any]], *, functional: bool) -> Any:
+    """Re-trace through ``table``; under functionalization only if a decomposition mutates.
+
+    Most decompositions are functional, and the plain trace is about a third cheaper.
+    """
+    lowered = _torch.retrace(gm, decompositions=table, functional=False)
+    if functional and any(_mutates(node) for node in lowered.graph.nodes):
+        lowered = _torch.retrace(gm, decompositions=table, functional=True)
+    return lowered
+
+
+def _mutates(node: Any) -> bool:
+    target = node.target
+    return node.op == "call_function" and isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable
+
+
 @graph_pass("decompose", requires={"functional"}, produces={"decomposed"}, options=DecomposeOptions)
 def decompose(program: Program, *, tables: list[str], keep: list[str], extra: list[str]) -> bool:
     """Lower ops through decomposition tables (Core ATen by default), keeping the ones listed."""
@@ -94,7 +110,7 @@ def decompose(program: Program, *, tables: list[str], keep: list[str], extra: li
     functional = "functional" in program.facts
     for name, gm in list(program.graphs.items()):
         graph_table = _without_autograd_ops(table) if name == "main" else table
-        program.graphs[name] = _torch.retrace(gm, decompositions=graph_table, functional=functional)
+        program.graphs[name] = _lowered(gm, graph_table, functional=functional)
 
     def in_opset(op: Any) -> bool:
         if op in _AUTOGRAD_SEMANTICS and "main" in program.graphs:
