@@ -60,6 +60,7 @@ def compile_program(
     reference = Reference(program, real_inputs) if pipeline.settings.verify == "numerics" else None
     report = run_pipeline(pipeline, program, reference=reference, progress=progress)
     if reports is not None:
+        report.graph = f"graph {len(reports) + 1}, {'training' if program.training else 'inference'}"
         reports.append(report)
     problem = _missing_training_steps(pipeline, program)
     if problem:
