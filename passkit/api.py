@@ -181,7 +181,7 @@ class _TracedCache:
         self.fn = fn
         self.pipeline = pipeline
         self.kinds = kinds
-        self.entries: dict[Any, tuple[Callable[..., Any], Any, list[int]]] = {}
+        self.entries: dict[Any, tuple[Callable[..., Any], Any]] = {}
         self.reports: list[Report] = []
         self.fallback = _Fallback(pipeline)
 
@@ -197,20 +197,24 @@ class _TracedCache:
                 key.append(("const", type(leaf), repr(leaf)))
         return tuple(key)
 
-    def __call__(self, *args: Any) -> Any:
-        leaves, in_spec = pytree.tree_flatten(args)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves, in_spec = pytree.tree_flatten((args, kwargs))
         key = (in_spec, self._key(leaves))
         entry = self.entries.get(key)
         if entry is None:
             entry = self.entries[key] = self._build(leaves, in_spec)
-        compiled, out_spec, positions = entry
+        compiled, out_spec = entry
         unique = _unique_tensors(leaves)
         outs = compiled(*unique)
         if out_spec is None:  # eager fallback returned the user's own structure
             return outs
         return pytree.tree_unflatten(list(outs), out_spec)
 
-    def _build(self, leaves: list[Any], in_spec: Any) -> tuple[Callable[..., Any], Any, list[int]]:
+    def _call_user_fn(self, rebuilt: list[Any], in_spec: Any) -> Any:
+        args, kwargs = pytree.tree_unflatten(rebuilt, in_spec)
+        return self.fn(*args, **kwargs)
+
+    def _build(self, leaves: list[Any], in_spec: Any) -> tuple[Callable[..., Any], Any]:
         unique = _unique_tensors(leaves)
         index = {id(t): i for i, t in enumerate(unique)}
         positions = [index[id(leaf)] if isinstance(leaf, torch.Tensor) else -1 for leaf in leaves]
@@ -218,7 +222,7 @@ class _TracedCache:
 
         def flat_fn(*tensors: Any) -> tuple[Any, ...]:
             rebuilt = [tensors[p] if p >= 0 else leaf for p, leaf in zip(positions, leaves)]
-            out = self.fn(*pytree.tree_unflatten(rebuilt, in_spec))
+            out = self._call_user_fn(rebuilt, in_spec)
             flat_out, out_spec = pytree.tree_flatten(out)
             out_spec_box[:] = [out_spec]
             return tuple(flat_out)
@@ -227,14 +231,13 @@ class _TracedCache:
             kinds = self.kinds(len(unique)) if self.kinds else None
             program = program_from_function(flat_fn, unique, kinds=kinds)
             compiled = compile_program(program, unique, self.pipeline, reports=self.reports)
-            return compiled, out_spec_box[0], positions
+            return compiled, out_spec_box[0]
         except Exception as exc:  # noqa: BLE001 - every failure goes through on_error
 
             def eager(*tensors: Any) -> Any:
-                rebuilt = [tensors[p] if p >= 0 else leaf for p, leaf in zip(positions, leaves)]
-                return self.fn(*pytree.tree_unflatten(rebuilt, in_spec))
+                return self._call_user_fn([tensors[p] if p >= 0 else leaf for p, leaf in zip(positions, leaves)], in_spec)
 
-            return self.fallback.handle(exc, eager), None, positions
+            return self.fallback.handle(exc, eager), None
 
 
 def _unique_tensors(leaves: Sequence[Any]) -> list[torch.Tensor]:
@@ -254,8 +257,8 @@ def aot_function(fn: Callable[..., Any], pipeline: Any = DEFAULT_PIPELINE, **set
     """
     cache = _TracedCache(fn, _resolve(pipeline, settings), kinds=None)
 
-    def compiled(*args: Any) -> Any:
-        return cache(*args)
+    def compiled(*args: Any, **kwargs: Any) -> Any:
+        return cache(*args, **kwargs)
 
     compiled.passkit_reports = cache.reports  # type: ignore[attr-defined]
     compiled.__wrapped__ = fn  # type: ignore[attr-defined]
@@ -281,13 +284,13 @@ class AotModule(torch.nn.Module):
         kinds = ["param"] * n_params + ["buffer"] * (len(names) - n_params)
         return (kinds + ["user"] * n_unique)[:n_unique]
 
-    def _functional_forward(self, state: list[torch.Tensor], *args: Any) -> Any:
+    def _functional_forward(self, state: list[torch.Tensor], *args: Any, **kwargs: Any) -> Any:
         names, _, _ = self._state()
-        return torch.func.functional_call(self.mod, dict(zip(names, state)), args)
+        return torch.func.functional_call(self.mod, dict(zip(names, state)), args, kwargs)
 
-    def forward(self, *args: Any) -> Any:
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         _, tensors, _ = self._state()
-        return self._cache(tensors, *args)
+        return self._cache(tensors, *args, **kwargs)
 
 
 def aot_module(mod: torch.nn.Module, pipeline: Any = DEFAULT_PIPELINE, **settings: Any) -> AotModule:

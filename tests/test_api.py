@@ -87,3 +87,21 @@ def test_passkit_compile_compiles_each_shape() -> None:
     for n in (3, 4, 5):
         torch.testing.assert_close(compiled(torch.ones(n)), torch.ones(n).sin() * 2)
     assert len(compiled.passkit_reports) == 3
+
+
+def test_aot_function_takes_pytrees_and_keyword_arguments() -> None:
+    def fn(pair, *, scale, bias=None):
+        a, b = pair
+        out = {"sum": (a + b) * scale}
+        if bias is not None:
+            out["biased"] = out["sum"] + bias
+        return out
+
+    compiled = passkit.aot_function(fn)
+    a, b = torch.randn(3, requires_grad=True), torch.randn(3)
+    result = compiled((a, b), scale=2.0, bias=torch.ones(3))
+    torch.testing.assert_close(result["biased"], (a + b) * 2.0 + 1)
+    result["biased"].sum().backward()
+    torch.testing.assert_close(a.grad, torch.full((3,), 2.0))
+    assert compiled((a, b), scale=3.0)["sum"].shape == (3,)
+    assert len(compiled.passkit_reports) == 2  # a new constant is a new specialisation
