@@ -4,8 +4,9 @@
 ``core_aten``, torch's Core ATen decompositions, and ``full``, torch's whole post-autograd
 table). ``keep`` leaves ops whole (aten often runs them faster whole); ``extra`` adds ops from
 the full table. The pass works before or after ``joint``; after it, backward ops decompose too;
-before it, ``joint`` lowers the backward through the same table. The target opset of a set of
-tables is every op they do not decompose: ``verify = "facts"`` names any op that remains.
+before it, ``joint`` lowers the backward through the same table. The target opset of
+``core_aten`` is Core ATen (ops tagged ``core``, and prims); of other tables, every op they do
+not decompose. Kept ops are in it too. ``verify = "facts"`` names any op outside it.
 Graphs are re-traced under functionalization, so decompositions that use in-place ops keep the
 program functional.
 """
@@ -86,6 +87,11 @@ def _without_autograd_ops(table: dict[Any, Callable[..., Any]]) -> dict[Any, Cal
     return {op: fn for op, fn in table.items() if op not in _AUTOGRAD_SEMANTICS}
 
 
+def _is_core(op: Any) -> bool:
+    """In the Core ATen opset: tagged ``core``, or a prim."""
+    return op.namespace == "prims" or torch.Tag.core in op.tags
+
+
 def _lowered(gm: Any, table: dict[Any, Callable[..., Any]], *, functional: bool) -> Any:
     """Re-trace through ``table``; under functionalization only if a decomposition mutates.
 
@@ -112,10 +118,16 @@ def decompose(program: Program, *, tables: list[str], keep: list[str], extra: li
         graph_table = _without_autograd_ops(table) if name == "main" else table
         program.graphs[name] = _lowered(gm, graph_table, functional=functional)
 
+    core_target = "core_aten" in tables
+
     def in_opset(op: Any) -> bool:
-        if op in _AUTOGRAD_SEMANTICS and "main" in program.graphs:
+        if not isinstance(op, torch._ops.OpOverload):
+            return True  # getitem, grad-mode switches, higher-order ops: not ATen operators
+        if op in kept or (op in _AUTOGRAD_SEMANTICS and "main" in program.graphs):
             return True
-        return op in kept or op not in table
+        if core_target:
+            return _is_core(op)
+        return op not in table
 
     # Later traces (joint) lower what they emit through the same table, keeping the fact.
     program.notes["decomposition_table"] = table

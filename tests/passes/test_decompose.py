@@ -134,3 +134,22 @@ def test_detach_still_stops_gradients_when_decomposing_before_joint(tmp_path) ->
     x = torch.randn(4, requires_grad=True)
     compiled(x).sum().backward()
     torch.testing.assert_close(x.grad, x.detach())  # d/dx (x * const) = const, not 2x
+
+
+def test_core_aten_target_is_ops_tagged_core(tmp_path) -> None:
+    def fn(x):
+        var, mean = torch.var_mean(x, dim=0)
+        return var + mean
+
+    def pipeline(extra: str) -> str:
+        path = tmp_path / "p.toml"
+        path.write_text(f'[settings]\nverify = "facts"\n\n[[steps]]\npass = "functionalize"\n\n[[steps]]\npass = "decompose"\n{extra}\n'
+                        '[[steps]]\npass = "codegen.python"\n')
+        return str(path)
+
+    with pytest.raises(passkit.VerificationError) as info:
+        passkit.aot_function(fn, pipeline=pipeline(""))(torch.randn(4, 3))
+    assert str(info.value).endswith("steps[1] (decompose) broke fact 'decomposed': ops outside the target opset: aten.var_mean.correction")
+    lowered = passkit.aot_function(fn, pipeline=pipeline('extra = ["aten.var_mean.correction"]'))
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(lowered(x), fn(x))
