@@ -192,6 +192,13 @@ def _close(expected: Any, actual: Any) -> bool:
     return bool(torch.allclose(actual.double(), expected.double(), rtol=RTOL, atol=ATOL, equal_nan=True))
 
 
+def _source_graph(program: Program, label: str) -> str:
+    """The graph that computes outputs and new input values (forward), or gradients (backward)."""
+    if "forward" in program.graphs:
+        return "backward" if label == "grad" else "forward"
+    return next(iter(program.graphs))
+
+
 class Reference:
     """What the captured program computes on the real example inputs."""
 
@@ -202,7 +209,6 @@ class Reference:
     def compare(self, program: Program) -> str | None:
         """None when the program's current graphs agree with capture; else where they deviate."""
         actual = observe(program, self.real_inputs)
-        graph = ", ".join(program.graphs)
         for label, expected, got in (
             ("output", self.expected.outputs, actual.outputs),
             ("input", self.expected.inputs, actual.inputs),
@@ -211,5 +217,5 @@ class Reference:
             for i, (e, a) in enumerate(zip(expected, got)):
                 if not _close(e, a):
                     diff, _ = max_difference([e], [a])
-                    return f"max |diff| {diff:.3g} in {label}[{i}] of graph {graph}"
+                    return f"max |diff| {diff:.3g} in {label}[{i}] of graph {_source_graph(program, label)}"
         return None

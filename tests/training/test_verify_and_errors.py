@@ -11,10 +11,12 @@ from passkit.pass_api import graph_pass
 
 
 @graph_pass("test.mul_to_add", requires={"functional"})
-def mul_to_add(program) -> bool:
-    """Miscompile on purpose: every multiplication becomes an addition."""
+def mul_to_add(program, *, graph: str = "") -> bool:
+    """Miscompile on purpose: every multiplication (in one graph, or all) becomes an addition."""
     changed = False
-    for gm in program.graphs.values():
+    for name, gm in program.graphs.items():
+        if graph and name != graph:
+            continue
         for node in gm.graph.nodes:
             if node.target is torch.ops.aten.mul.Tensor:
                 node.target = torch.ops.aten.add.Tensor
@@ -46,10 +48,21 @@ def test_numerics_verification_names_the_first_deviating_step(tmp_path, bad_pass
     pipeline = _pipeline(tmp_path, '[[steps]]\npass = "test.mul_to_add"\nafter = "partition.default"\n')
     compiled = passkit.aot_function(lambda x, w: (x * w).sum(-1), pipeline=pipeline)
     with pytest.raises(passkit.VerificationError) as info:
-        compiled(torch.randn(3, 4), torch.randn(4, requires_grad=True))
+        compiled(torch.full((3, 4), 2.0), torch.full((4,), 3.0, requires_grad=True))
+    # 2*3 summed over 4 columns is 24; 2+3 summed is 20.
+    assert str(info.value) == f"{pipeline}: steps[0] (test.mul_to_add) changed numerics: max |diff| 4 in output[0] of graph forward"
+
+
+def test_numerics_verification_names_the_backward_when_only_gradients_deviate(tmp_path, bad_pass_registered) -> None:
+    pipeline = _pipeline(
+        tmp_path, '[[steps]]\npass = "test.mul_to_add"\nafter = "partition.default"\ngraph = "backward"\n'
+    )
+    compiled = passkit.aot_function(lambda x, w: (x * w).sum(-1), pipeline=pipeline)
+    with pytest.raises(passkit.VerificationError) as info:
+        compiled(torch.full((3, 4), 2.0), torch.full((4,), 3.0, requires_grad=True))
     message = str(info.value)
     assert message.startswith(f"{pipeline}: steps[0] (test.mul_to_add) changed numerics: max |diff| ")
-    assert message.endswith(" of graph forward, backward")
+    assert message.endswith(" in grad[0] of graph backward")
 
 
 def test_numerics_verification_passes_for_the_shipped_pipelines() -> None:
