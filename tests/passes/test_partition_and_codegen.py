@@ -88,3 +88,17 @@ def test_fast_calls_run_the_same_kernels_and_leave_the_graphs_alone() -> None:
     assert len(fast) == len(plain)
     for a, b in zip(fast, plain):
         assert torch.equal(a, b)
+
+
+def test_node_metadata_survives_the_training_pipeline() -> None:
+    torch._dynamo.reset()
+
+    def fn(x):
+        return x.sin() * 2
+
+    compiled = passkit.compile(fn)
+    compiled(torch.randn(3, requires_grad=True)).sum().backward()
+    (program,) = compiled.passkit_backend.programs
+    sin = next(n for n in program.graphs["forward"].graph.nodes if n.target is torch.ops.aten.sin.default)
+    assert "return x.sin() * 2" in sin.meta["stack_trace"]
+    assert sin.meta["val"].shape == (3,)
