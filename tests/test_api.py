@@ -39,6 +39,10 @@ def test_backend_object_takes_a_pipeline_and_settings(tmp_path) -> None:
     assert "00-captured-main.py" in dumped
     assert any(name.endswith("-partition.default-forward.py") for name in dumped)
     assert any(name.endswith("-partition.default-backward.py") for name in dumped)
+    backward = next((tmp_path / "dump").glob("*-partition.default-backward.py")).read_text().splitlines()
+    assert backward[2] == "# facts: captured, decomposed, functional, partitioned"
+    assert backward[3].startswith("# inputs: saved[0], ") and backward[3].endswith("tangent[0]")
+    assert backward[4] == "# outputs: grad[0]"
 
 
 def test_a_bad_pipeline_fails_at_compile_time_with_one_line(tmp_path) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Generator
 
 from passkit.hookspecs import hookimpl
+from passkit.runner import facts_after
 
 if TYPE_CHECKING:
     from passkit.program import Program
@@ -38,24 +39,34 @@ def passkit_run_step(context: StepContext) -> Generator[None, bool | None, bool 
     if not context.previous:
         context.record.dumps.extend(dump_program(context.program, directory, "00-captured", "captured program"))
     result = yield
-    if mode == "all" or context.graphs_changed:
+    changed = context.graphs_changed
+    if mode == "all" or changed:
         stem = f"{context.position + 1:02d}-{context.step.id}"
         header = f"step {context.position + 1} ({context.step.id}), pass {context.pass_.name}"
-        context.record.dumps.extend(dump_program(context.program, directory, stem, header))
+        facts = facts_after(context.program.facts, context.pass_, graphs_changed=changed)
+        context.record.dumps.extend(dump_program(context.program, directory, stem, header, facts=facts))
     return result
 
 
-def dump_program(program: Program, directory: Path, stem: str, header: str) -> list[str]:
-    """Write one ``<stem>-<graph>.py`` file per graph of ``program``; return their paths."""
+def dump_program(
+    program: Program, directory: Path, stem: str, header: str, *, facts: set[str] | None = None
+) -> list[str]:
+    """Write one ``<stem>-<graph>.py`` file per graph of ``program``; return their paths.
+
+    The header names the step, the graph, the facts that hold after the step, and what each
+    placeholder and output is (its descriptor).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for graph_name, gm in program.graphs.items():
         path = directory / f"{_UNSAFE.sub('_', stem)}-{_UNSAFE.sub('_', graph_name)}.py"
+        io = program.signature.graph_io.get(graph_name)
         text = (
             f"# passkit dump: {header}\n"
             f"# graph: {graph_name} ({len(gm.graph.nodes)} nodes)\n"
-            f"# facts: {', '.join(sorted(program.facts))}\n"
-            f"{gm.code}"
+            f"# facts: {', '.join(sorted(program.facts if facts is None else facts))}\n"
+            + (f"# inputs: {', '.join(map(str, io.inputs))}\n# outputs: {', '.join(map(str, io.outputs))}\n" if io else "")
+            + gm.code
         )
         path.write_text(text, encoding="utf-8")
         paths.append(str(path))
