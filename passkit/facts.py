@@ -54,16 +54,17 @@ def mutating_nodes(program: Program) -> list[str]:
 
 
 def ops_outside_opset(program: Program) -> list[str]:
-    """Ops that are neither in the decompose step's target opset nor explicitly kept."""
-    opset: Callable[[object], bool] | None = program.notes.get("opset")
-    if opset is None:
+    """Ops outside the target opset that the last ``decompose`` step recorded (``target_opset``)."""
+    target = program.notes.get("target_opset")
+    if target is None:
         return []
+    before_joint = "main" in program.graphs
     outside = []
     for gm in program.graphs.values():
         for node in gm.graph.nodes:
             if node.op != "call_function" or node.target in _ALLOWED_CALLABLES:
                 continue
-            if not opset(node.target):
+            if not target.contains(node.target, before_joint=before_joint):
                 outside.append(str(node.target))
     return sorted(set(outside))
 

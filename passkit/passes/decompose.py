@@ -13,6 +13,7 @@ program functional.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import pydantic
@@ -23,7 +24,7 @@ from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
 from passkit.program import Program
 
-__all__ = ["decompose", "DecomposeOptions", "resolve_op"]
+__all__ = ["decompose", "DecomposeOptions", "TargetOpset", "resolve_op"]
 
 
 def resolve_op(name: str) -> Any:
@@ -59,10 +60,11 @@ class DecomposeOptions(pydantic.BaseModel):
         return names
 
 
-def build_table(tables: list[str], keep: list[str], extra: list[str]) -> tuple[dict[Any, Callable[..., Any]], set[Any]]:
-    from passkit.registry import get_registry
-
-    registered = get_registry().decompositions
+def build_table(
+    tables: list[str], keep: list[str], extra: list[str], *, registry: Any = None
+) -> tuple[dict[Any, Callable[..., Any]], set[Any]]:
+    """One decomposition table: the named tables, plus ``extra`` ops, minus ``keep`` ops."""
+    registered = (registry or _registry()).decompositions
     table: dict[Any, Callable[..., Any]] = {}
     for name in tables:
         if name not in registered:
@@ -108,30 +110,61 @@ def _mutates(node: Any) -> bool:
     return node.op == "call_function" and isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable
 
 
+@dataclass(frozen=True)
+class TargetOpset:
+    """What a ``decompose`` step lowered to, by name only, so a program stays serializable.
+
+    ``joint`` rebuilds the table from it to lower the backward the same way, and the
+    ``decomposed`` fact's checker asks it which ops belong.
+    """
+
+    tables: tuple[str, ...]
+    keep: tuple[str, ...]
+    extra: tuple[str, ...]
+
+    def table(self) -> dict[Any, Callable[..., Any]]:
+        return _cached_table(self, _registry())[0]
+
+    def contains(self, op: Any, *, before_joint: bool) -> bool:
+        if not isinstance(op, torch._ops.OpOverload):
+            return True  # getitem, grad-mode switches, higher-order ops: not ATen operators
+        table, kept = _cached_table(self, _registry())
+        if op in kept or (before_joint and op in _AUTOGRAD_SEMANTICS):
+            return True
+        if "core_aten" in self.tables:
+            return _is_core(op)
+        return op not in table
+
+
+def _registry() -> Any:
+    from passkit.registry import get_registry
+
+    return get_registry()
+
+
+_TABLES: dict[TargetOpset, tuple[Any, dict[Any, Callable[..., Any]], frozenset[Any]]] = {}
+
+
+def _cached_table(spec: TargetOpset, registry: Any) -> tuple[dict[Any, Callable[..., Any]], frozenset[Any]]:
+    """Built once per registry: a plugin registered later may define a table of the same name."""
+    cached = _TABLES.get(spec)
+    if cached is None or cached[0] is not registry:
+        table, kept = build_table(list(spec.tables), list(spec.keep), list(spec.extra), registry=registry)
+        cached = _TABLES[spec] = (registry, table, frozenset(kept))
+    return cached[1], cached[2]
+
+
 @graph_pass("decompose", requires={"functional"}, produces={"decomposed"}, options=DecomposeOptions)
 def decompose(program: Program, *, tables: list[str], keep: list[str], extra: list[str]) -> bool:
     """Lower ops through decomposition tables (Core ATen by default), keeping the ones listed."""
-    table, kept = build_table(tables, keep, extra)
+    target = TargetOpset(tuple(tables), tuple(keep), tuple(extra))
+    table = target.table()
     before = program.graph_hash()
     functional = "functional" in program.facts
     for name, gm in list(program.graphs.items()):
         graph_table = _without_autograd_ops(table) if name == "main" else table
         program.graphs[name] = _lowered(gm, graph_table, functional=functional)
-
-    core_target = "core_aten" in tables
-
-    def in_opset(op: Any) -> bool:
-        if not isinstance(op, torch._ops.OpOverload):
-            return True  # getitem, grad-mode switches, higher-order ops: not ATen operators
-        if op in kept or (op in _AUTOGRAD_SEMANTICS and "main" in program.graphs):
-            return True
-        if core_target:
-            return _is_core(op)
-        return op not in table
-
-    # Later traces (joint) lower what they emit through the same table, keeping the fact.
-    program.notes["decomposition_table"] = table
-    program.notes["opset"] = in_opset
+    program.notes["target_opset"] = target
     return program.graph_hash() != before
 
 

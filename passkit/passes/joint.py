@@ -122,6 +122,12 @@ def _tag_forward_and_backward(gm: GraphModule, n_forward_outputs: int) -> None:
             node.meta["partitioner_tag"] = "is_forward" if node in forward else "is_backward"
 
 
+def _lowering_table(program: Program) -> dict[Any, Any] | None:
+    """The table an earlier ``decompose`` step lowered through, so the backward matches."""
+    target = program.notes.get("target_opset")
+    return target.table() if target is not None else None
+
+
 @graph_pass("joint", requires={"functional"}, produces={"joint"}, training_only=True)
 def joint(program: Program) -> bool:
     """Trace forward and backward into one graph of primals and tangents."""
@@ -132,7 +138,7 @@ def joint(program: Program) -> bool:
         make_joint_fn(plan),
         [*program.example_inputs, *plan.tangent_examples],
         pre_dispatch=False,
-        decompositions=program.notes.get("decomposition_table"),
+        decompositions=_lowering_table(program),
         arg_names=names,
     )
     if mutations:
