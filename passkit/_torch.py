@@ -37,6 +37,7 @@ __all__ = [
     "trace_graph",
     "is_activation_checkpoint",
     "keeps_grad_mode_regions",
+    "has_mutations",
 ]
 
 
@@ -261,11 +262,30 @@ def keeps_grad_mode_regions(gm: GraphModule) -> bool:
     return any(_is_grad_mode_call(n) for n in gm.graph.nodes) and not uses_functorch(gm)
 
 
-def trace_graph(fn: Callable[..., Any], fake_args: Sequence[Any], *, pre_dispatch: bool) -> GraphModule:
-    """Capture ``fn`` as it is, mutations included; pre-dispatch keeps ``no_grad`` blocks."""
+def trace_graph(
+    fn: Callable[..., Any],
+    fake_args: Sequence[Any],
+    *,
+    pre_dispatch: bool,
+    decompositions: dict[Any, Callable[..., Any]] | None = None,
+    arg_names: Sequence[str] | None = None,
+) -> GraphModule:
+    """Trace ``fn`` as it is, mutations included; pre-dispatch keeps ``no_grad`` blocks."""
     fake_mode = fake_mode_of(fake_args)
     context = fake_mode if fake_mode is not None else contextlib.nullcontext()
-    with context:
-        gm = make_fx(fn, pre_dispatch=pre_dispatch, record_module_stack=True)(*fake_args)
+    with context, fx_traceback.preserve_node_meta():
+        gm = make_fx(
+            fn, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch, record_module_stack=True
+        )(*fake_args)
+    if arg_names is not None:
+        _rename_placeholders(gm, arg_names)
     _use_plain_codegen(gm)
     return gm
+
+
+def has_mutations(gm: GraphModule) -> bool:
+    """Whether any node calls an op with a mutable schema (an in-place or out= op)."""
+    return any(
+        n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
+        for n in gm.graph.nodes
+    )

@@ -100,14 +100,9 @@ def _lowered(gm: Any, table: dict[Any, Callable[..., Any]], *, functional: bool)
     Most decompositions are functional, and the plain trace is about a third cheaper.
     """
     lowered = _torch.retrace(gm, decompositions=table, functional=False)
-    if functional and any(_mutates(node) for node in lowered.graph.nodes):
+    if functional and _torch.has_mutations(lowered):
         lowered = _torch.retrace(gm, decompositions=table, functional=True)
     return lowered
-
-
-def _mutates(node: Any) -> bool:
-    target = node.target
-    return node.op == "call_function" and isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 The joint graph's inputs are the primals (``primals_N``) and one tangent per output that needs
 grad (``tangents_N``); its outputs are main's outputs followed by one gradient per input that
-requires grad. ``torch.autograd.grad`` is traced inside ``make_fx`` under functionalization, so
-the backward is functional too.
+requires grad. ``torch.autograd.grad`` is traced inside ``make_fx``; when the backward comes out
+with in-place ops, the trace is repeated under functionalization, so the result is functional.
 
 A leaf that requires grad and is mutated under ``no_grad`` stays the leaf in eager: later uses
 of its new value send their gradient to it. The joint trace reproduces that by treating the new
@@ -134,15 +134,17 @@ def joint(program: Program) -> bool:
     plan = JointPlan(program)
     names = [f"primals_{i + 1}" for i in range(len(plan.io.inputs))]
     names += [f"tangents_{k + 1}" for k in range(len(plan.diff_outputs))]
-    gm, mutations = _torch.functional_trace(
-        make_joint_fn(plan),
-        [*program.example_inputs, *plan.tangent_examples],
-        pre_dispatch=False,
-        decompositions=_lowering_table(program),
-        arg_names=names,
-    )
-    if mutations:
-        raise RuntimeError(f"joint trace mutated its inputs: {mutations}")
+    args = [*program.example_inputs, *plan.tangent_examples]
+    table = _lowering_table(program)
+    # Most backward formulas are out-of-place, and the plain trace is cheaper; a graph that came
+    # out with in-place ops is traced again under functionalization.
+    gm = _torch.trace_graph(make_joint_fn(plan), args, pre_dispatch=False, decompositions=table, arg_names=names)
+    if _torch.has_mutations(gm):
+        gm, mutations = _torch.functional_trace(
+            make_joint_fn(plan), args, pre_dispatch=False, decompositions=table, arg_names=names
+        )
+        if mutations:
+            raise RuntimeError(f"joint trace mutated its inputs: {mutations}")
     gm.graph.eliminate_dead_code()
     _tag_forward_and_backward(gm, len(plan.io.outputs))
     gm.recompile()
