@@ -71,8 +71,12 @@ def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[
             info.is_input, info.alias_of_input = True, same
         else:
             base = storages.get(_torch.StorageWeakRef(out.untyped_storage()))
+            base_output = next((j for j, other in enumerate(outs) if out._base is not None and out._base is other), None)
             if base is not None:
                 info.alias_of_input = base
+            elif base_output is not None:
+                info.alias_of_output = base_output
+            if base is not None or base_output is not None:
                 info.view = (tuple(out.shape), tuple(out.stride()), int(out.storage_offset()))
         infos.append(info)
     needs_grad = any(isinstance(x, torch.Tensor) and x.requires_grad for x in real_inputs)

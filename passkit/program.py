@@ -78,6 +78,7 @@ class OutputInfo:
     requires_grad: bool = False
     alias_of_input: int | None = None
     is_input: bool = False
+    alias_of_output: int | None = None
     view: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
 
 

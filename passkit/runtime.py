@@ -78,6 +78,9 @@ class CompiledProgram:
         self.mutation_slots = [(k, d.index) for k, d in enumerate(visible) if d.kind == "mutation"]
         self.user_slots = [k for k, d in enumerate(visible) if d.kind == "user"]
         self.mutated = [i for i, info in enumerate(sig.inputs) if info.mutated]
+        self.views_of_outputs = [
+            (k, info.alias_of_output) for k, info in enumerate(sig.outputs) if info.alias_of_output is not None
+        ]
         if self.training:
             self.forward_fn: Callable[..., Any] = program.compiled["forward"]
             self.backward_fn: Callable[..., Any] = program.compiled["backward"]
@@ -112,7 +115,15 @@ class CompiledProgram:
             torch._C._set_grad_enabled(grad_enabled)
         for k, index in self.mutation_slots:
             self._write_back(args[index], visible[k], self.inputs[index])
-        return tuple(self._user_output(args, visible[k], info) for k, info in zip(self.user_slots, self.outputs))
+        outputs = [self._user_output(args, visible[k], info) for k, info in zip(self.user_slots, self.outputs)]
+        if self.training:
+            # A view returned with its base is re-made from the base the caller gets, so that
+            # in-place changes to either behave as in eager (autograd rejects in-place changes
+            # to several views returned by one autograd.Function).
+            for k, j in self.views_of_outputs:
+                size, stride, offset = self.outputs[k].view  # type: ignore[misc]
+                outputs[k] = outputs[j].as_strided(size, stride, offset)
+        return tuple(outputs)
 
     @staticmethod
     def _write_back(target: torch.Tensor, new: torch.Tensor, info: InputInfo) -> None:

@@ -169,3 +169,22 @@ def test_double_backward_is_a_clear_error(entry: str) -> None:
     assert str(info.value) == DOUBLE_BACKWARD_ERROR
     (first_order,) = torch.autograd.grad(compiled(x), x)
     torch.testing.assert_close(first_order, 3 * x.detach() ** 2)
+
+
+def test_a_view_returned_with_its_base_can_be_modified_in_place(entry: str) -> None:
+    def fn(x, w):
+        y = x @ w
+        return y, y.view(-1)
+
+    harness = __import__("training_harness")
+    compiled = harness.compiled_with(entry, fn)
+    results = []
+    for run in (fn, compiled):
+        torch.manual_seed(0)
+        x, w = torch.randn(2, 3), torch.randn(3, 4, requires_grad=True)
+        base, flat = run(x, w)
+        base.add_(1)  # the view sees it, and autograd accepts it, as in eager
+        (base.sin().sum() + (flat * flat).sum()).backward()
+        results.append((base.detach(), flat.detach(), w.grad))
+    for expected, actual in zip(*results):
+        torch.testing.assert_close(actual, expected)
