@@ -17,9 +17,7 @@ from typing import Any, Callable, Literal
 import torch
 from torch.fx import GraphModule
 
-__all__ = ["Desc", "GraphIO", "InputInfo", "OutputInfo", "Signature", "Program", "GRAPH_NAMES"]
-
-GRAPH_NAMES = ("main", "joint", "forward", "backward")
+__all__ = ["Desc", "GraphIO", "InputInfo", "OutputInfo", "Signature", "Program"]
 
 DescKind = Literal["param", "buffer", "user", "tangent", "mutation", "grad", "saved"]
 
@@ -47,9 +45,6 @@ class GraphIO:
 
     inputs: list[Desc]
     outputs: list[Desc]
-
-    def output_positions(self, kind: DescKind) -> list[int]:
-        return [i for i, d in enumerate(self.outputs) if d.kind == kind]
 
 
 @dataclass
@@ -89,10 +84,6 @@ class Signature:
     inputs: list[InputInfo]
     outputs: list[OutputInfo]
     graph_io: dict[str, GraphIO] = field(default_factory=dict)
-
-    @property
-    def mutated_inputs(self) -> list[int]:
-        return [i for i, info in enumerate(self.inputs) if info.mutated]
 
 
 @dataclass
@@ -148,10 +139,4 @@ class Program:
         self._hash_cache = (codes, digest.hexdigest())
         return self._hash_cache[1]
 
-    def describe(self) -> str:
-        graphs = ", ".join(f"{n} ({len(g.graph.nodes)} nodes)" for n, g in self.graphs.items())
-        return f"Program[{'training' if self.training else 'inference'}]: {graphs}; facts: {sorted(self.facts)}"
 
-
-def is_tensor(value: Any) -> bool:
-    return isinstance(value, torch.Tensor)
