@@ -12,6 +12,7 @@ from typing import Any
 from passkit.errors import PassError, PasskitError, PipelineError, PluginError, VerificationError
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import Pass, graph_pass
+from passkit.program import Program
 
 __version__ = "0.1.0"
 
@@ -41,7 +42,6 @@ _LAZY = {
     "aot_module": "passkit.api",
     "load_pipeline": "passkit.pipeline",
     "Pipeline": "passkit.pipeline",
-    "Program": "passkit.program",
 }
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
-import torch
-from torch.fx import GraphModule
+if TYPE_CHECKING:
+    from torch.fx import GraphModule
+
 
 __all__ = ["Desc", "GraphIO", "InputInfo", "OutputInfo", "Signature", "Program"]
 
