@@ -20,9 +20,18 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch._ops import OpOverload, OpOverloadPacket
+from torch.utils import _pytree as pytree
+
+# Grad mode as a plain call: what Dynamo and pre-dispatch graphs record for ``no_grad`` blocks.
+set_grad_enabled = torch._C._set_grad_enabled
 
 __all__ = [
     "FakeTensor",
+    "OpOverload",
+    "OpOverloadPacket",
+    "pytree",
+    "set_grad_enabled",
     "InputMutation",
     "StorageWeakRef",
     "core_aten_table",

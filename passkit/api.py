@@ -11,9 +11,9 @@ import warnings
 from typing import Any, Callable, Sequence
 
 import torch
-import torch.utils._pytree as pytree
 from torch.fx import GraphModule
 
+from passkit._torch import pytree
 from passkit.capture import program_from_function, program_from_graph
 from passkit.errors import PasskitError
 from passkit.program import Program

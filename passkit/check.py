@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from passkit._torch import pytree
 from passkit.errors import PasskitError
 from passkit.report import Report, StepRecord
 
@@ -77,7 +78,7 @@ def _build(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
 
 
 def _loss(out: Any) -> torch.Tensor:
-    leaves = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
     return sum(((t.float() ** 2).mean() for t in leaves), torch.zeros(()))
 
 
@@ -126,7 +127,7 @@ def run_check(
             _loss(expected).backward()
             _loss(actual).backward()
     mismatches: list[str] = []
-    flat = torch.utils._pytree.tree_leaves
+    flat = pytree.tree_leaves
     outputs_diff = _max_diff(flat(expected), flat(actual), "output", mismatches)
     grads_diff = None
     if training:

@@ -10,7 +10,7 @@ import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-import torch
+from passkit import _torch
 
 if TYPE_CHECKING:
     from passkit.program import Program
@@ -37,7 +37,7 @@ FACTS: dict[str, Fact] = {
     )
 }
 
-_ALLOWED_CALLABLES = {operator.getitem, torch._C._set_grad_enabled}
+_ALLOWED_CALLABLES = {operator.getitem, _torch.set_grad_enabled}
 
 
 def mutating_nodes(program: Program) -> list[str]:
@@ -47,7 +47,7 @@ def mutating_nodes(program: Program) -> list[str]:
         for node in gm.graph.nodes:
             if node.op == "call_method" and str(node.target).endswith("_"):
                 found.append(f"{graph_name}:{node.name} ({node.target})")
-            elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            elif node.op == "call_function" and isinstance(node.target, _torch.OpOverload):
                 if node.target._schema.is_mutable:
                     found.append(f"{graph_name}:{node.name} ({node.target})")
     return found

@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from passkit import _torch
 from passkit.errors import PasskitError
 from passkit.program import InputInfo, OutputInfo, Program
 
@@ -112,7 +113,7 @@ class CompiledProgram:
             visible = _CompiledFunction.apply(self, *args)
         else:
             visible = self.main_fn(*args)
-            torch._C._set_grad_enabled(grad_enabled)
+            _torch.set_grad_enabled(grad_enabled)
         for k, index in self.mutation_slots:
             self._write_back(args[index], visible[k], self.inputs[index])
         outputs = [self._user_output(args, visible[k], info) for k, info in zip(self.user_slots, self.outputs)]

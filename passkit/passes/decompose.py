@@ -40,7 +40,7 @@ def resolve_op(name: str) -> Any:
 
 
 def _overloads(op: Any) -> list[Any]:
-    if isinstance(op, torch._ops.OpOverloadPacket):
+    if isinstance(op, _torch.OpOverloadPacket):
         return [getattr(op, name) for name in op.overloads()]
     return [op]
 
@@ -121,7 +121,7 @@ class TargetOpset:
         return _cached_table(self, _registry())[0]
 
     def contains(self, op: Any, *, before_joint: bool) -> bool:
-        if not isinstance(op, torch._ops.OpOverload):
+        if not isinstance(op, _torch.OpOverload):
             return True  # getitem, grad-mode switches, higher-order ops: not ATen operators
         table, kept = _cached_table(self, _registry())
         if op in kept or (before_joint and op in _AUTOGRAD_SEMANTICS):

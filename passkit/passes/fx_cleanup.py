@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
+from passkit import _torch
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
 from passkit.program import Program
@@ -22,7 +23,7 @@ def _mutates(node: Node) -> bool:
     if node.op == "call_method":
         return str(node.target).endswith("_")
     target = node.target
-    if isinstance(target, torch._ops.OpOverload):
+    if isinstance(target, _torch.OpOverload):
         return target._schema.is_mutable
     return False
 
@@ -60,7 +61,7 @@ def dce(program: Program) -> bool:
 
 def _is_random(node: Node) -> bool:
     target = node.target
-    if isinstance(target, torch._ops.OpOverload):
+    if isinstance(target, _torch.OpOverload):
         return torch.Tag.nondeterministic_seeded in target.tags
     return False
 
