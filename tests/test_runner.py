@@ -6,8 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from torch import fx
 
 from passkit import runner
 from passkit.errors import PassError, PipelineError
@@ -15,21 +13,11 @@ from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
 from passkit.pipeline import Pipeline, Settings, Step
 from passkit.plugins import make_plugin_manager
-from passkit.program import GraphIO, Program, Signature
+from passkit.program import Program
 from passkit.registry import build_registry
 
-aten = torch.ops.aten
+from tiny_programs import make_program
 
-
-def make_program(*, training: bool = False, dead: bool = False) -> Program:
-    graph = fx.Graph()
-    x, y = graph.placeholder("x"), graph.placeholder("y")
-    if dead:
-        graph.call_function(aten.neg.default, (x,))
-    graph.output(graph.call_function(aten.mul.Tensor, (graph.call_function(aten.add.Tensor, (x, y)), y)))
-    gm = fx.GraphModule(torch.nn.Module(), graph)
-    signature = Signature(inputs=[], outputs=[], graph_io={"main": GraphIO([], [])})
-    return Program(graphs={"main": gm}, signature=signature, example_inputs=[], facts={"captured"}, training=training)
 
 
 @graph_pass("t.liar")

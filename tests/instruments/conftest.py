@@ -7,29 +7,19 @@ from typing import Any, Callable
 
 import pytest
 import torch
-from torch import fx
 
 from passkit.hookspecs import hookimpl
 from passkit.instruments import dumps, timing, verify
 from passkit.pass_api import graph_pass
 from passkit.pipeline import Pipeline, Settings, Step
 from passkit.plugins import make_plugin_manager
-from passkit.program import GraphIO, Program, Signature
+from passkit.program import Program
 from passkit.registry import Registry, build_registry
 from passkit import runner
 
+from tiny_programs import make_program
+
 aten = torch.ops.aten
-
-
-def make_program(*, mutating: bool = False, training: bool = False) -> Program:
-    """``main(x, y) = (x + y) * y``, with an in-place add when ``mutating``."""
-    graph = fx.Graph()
-    x, y = graph.placeholder("x"), graph.placeholder("y")
-    total = graph.call_function(aten.add_.Tensor if mutating else aten.add.Tensor, (x, y))
-    graph.output(graph.call_function(aten.mul.Tensor, (total, y)))
-    gm = fx.GraphModule(torch.nn.Module(), graph)
-    signature = Signature(inputs=[], outputs=[], graph_io={"main": GraphIO([], [])})
-    return Program(graphs={"main": gm}, signature=signature, example_inputs=[], facts={"captured"}, training=training)
 
 
 @graph_pass("test.noop")
