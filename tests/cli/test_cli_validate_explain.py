@@ -120,11 +120,11 @@ def test_explain_shows_long_lists_one_item_per_row() -> None:
 
     from passkit.cli import main
 
-    result = CliRunner().invoke(main, ["explain", "training"])
+    result = CliRunner().invoke(main, ["explain", "training-python"])
     assert result.exit_code == 0
     lines = [line.rstrip() for line in result.output.splitlines()]
     start = next(i for i, line in enumerate(lines) if line.strip().startswith("keep = ["))
-    assert lines[start].endswith("pipelines/training.toml")
+    assert lines[start].endswith("pipelines/training-python.toml")
     assert lines[start + 1].strip() == '"aten.native_layer_norm.default",'
     steps_table = lines[lines.index("steps:") :]
     assert max(len(line) for line in steps_table) < 100
