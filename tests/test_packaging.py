@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow  # about 15 s on an idle machine; plain `pytest` s
 REPO = Path(__file__).resolve().parents[1]
 # What a build reads; passkit/pipelines is a symlink to ../pipelines in the source tree.
 BUILD_INPUTS = ("pyproject.toml", "README.md", "LICENSE", "passkit", "pipelines")
-SHIPPED = ("debug", "inference", "training")
+SHIPPED = ("debug", "inference", "inference-python", "training", "training-python")
 DEPENDENCIES = ("torch", "pydantic", "pluggy", "click", "numpy")
 
 PROBE = """
@@ -151,7 +151,8 @@ def test_installed_wheel_resolves_the_shipped_pipelines(installed: dict[str, Pat
         assert Path(pipelines[name]["source"]) == purelib / "passkit" / "pipelines" / f"{name}.toml"
 
     training, debug = pipelines["training"], pipelines["debug"]
-    assert debug["files"] == [training["source"], debug["source"]]
+    assert debug["files"] == [*training["files"], debug["source"]]
+    assert training["files"][-1] == training["source"]
     assert debug["steps"] == training["steps"]
     assert [step[1] for step in training["steps"]] == [
         "functionalize", "decompose", "joint", "partition.default", "fx.cse", "fx.dce", "codegen.python",
