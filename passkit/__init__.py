@@ -1,7 +1,7 @@
 """passkit: PyTorch's AOT training compiler as a pipeline of named passes, composed in TOML.
 
 Users call ``compile``, ``backend``, ``aot_function``, ``aot_module`` and ``load_pipeline``;
-plugin authors use ``graph_pass``, ``hookimpl`` and ``Program``. The torch-heavy entry points
+plugin authors use ``graph_pass``, ``hookimpl``, ``Program``, ``Fact`` and ``StepContext``. The torch-heavy entry points
 import lazily so that ``import passkit`` (and the CLI) start fast.
 """
 
@@ -10,13 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from passkit.errors import PassError, PasskitError, PipelineError, PluginError, VerificationError
-from passkit.hookspecs import hookimpl
+from passkit.facts import Fact
+from passkit.hookspecs import StepContext, hookimpl
 from passkit.pass_api import Pass, graph_pass
 from passkit.program import Program
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Fact",
     "Pass",
     "PassError",
     "PasskitError",
@@ -24,6 +26,7 @@ __all__ = [
     "PipelineError",
     "PluginError",
     "Program",
+    "StepContext",
     "VerificationError",
     "aot_function",
     "aot_module",
@@ -40,7 +43,7 @@ _LAZY = {
     "backend": "passkit.api",
     "aot_function": "passkit.api",
     "aot_module": "passkit.api",
-    "load_pipeline": "passkit.pipeline",
+    "load_pipeline": "passkit.api",
     "Pipeline": "passkit.pipeline",
 }
 

@@ -47,6 +47,9 @@ __all__ = [
     "is_activation_checkpoint",
     "keeps_grad_mode_regions",
     "has_mutations",
+    "mutates",
+    "AUTOGRAD_SEMANTIC_OPS",
+    "is_core_aten",
 ]
 
 
@@ -292,9 +295,24 @@ def trace_graph(
     return gm
 
 
+def mutates(node: torch.fx.Node) -> bool:
+    """Whether ``node`` mutates an argument: an op with a mutable schema (in-place, out=), or a
+    trailing-underscore tensor method."""
+    if node.op == "call_method":
+        return str(node.target).endswith("_")
+    return node.op == "call_function" and isinstance(node.target, OpOverload) and node.target._schema.is_mutable
+
+
+# Ops whose meaning is about autograd, not values: lowering them before ``joint`` (detach ->
+# alias) would let gradients through.
+AUTOGRAD_SEMANTIC_OPS = frozenset({torch.ops.aten.detach.default})
+
+
+def is_core_aten(op: Any) -> bool:
+    """In the Core ATen opset: tagged ``core``, or a prim."""
+    return op.namespace == "prims" or torch.Tag.core in op.tags
+
+
 def has_mutations(gm: GraphModule) -> bool:
-    """Whether any node calls an op with a mutable schema (an in-place or out= op)."""
-    return any(
-        n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
-        for n in gm.graph.nodes
-    )
+    """Whether any node of ``gm`` mutates an argument (see ``mutates``)."""
+    return any(mutates(n) for n in gm.graph.nodes)

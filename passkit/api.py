@@ -20,15 +20,34 @@ from passkit.program import Program
 from passkit.report import Report, StepRecord
 from passkit.runtime import CompiledProgram
 
-__all__ = ["compile", "backend", "aot_function", "aot_module", "dynamo_backend", "compile_program"]
+__all__ = [
+    "compile",
+    "backend",
+    "aot_function",
+    "aot_module",
+    "dynamo_backend",
+    "compile_program",
+    "load_pipeline",
+]
 
 DEFAULT_PIPELINE = "training"
 Progress = Callable[[StepRecord], None]
 
 
-def _resolve(pipeline: Any, settings: dict[str, Any]) -> Any:
-    from passkit.pipeline import load_pipeline
+def load_pipeline(name_or_path: Any) -> Any:
+    """Load and validate a pipeline (a name, a ``.toml`` path, or a ``Pipeline``) against the
+    process-wide plugins.
 
+    Raises:
+        PipelineError: one line, starting with the file that holds the mistake.
+    """
+    from passkit.pipeline import load_pipeline as load
+    from passkit.registry import get_registry
+
+    return load(name_or_path, registry=get_registry())
+
+
+def _resolve(pipeline: Any, settings: dict[str, Any]) -> Any:
     resolved = load_pipeline(pipeline)
     return resolved.with_settings(**settings) if settings else resolved
 
@@ -55,10 +74,14 @@ def compile_program(
 ) -> CompiledProgram:
     """Run ``pipeline`` over a captured program and wrap the result for calling."""
     from passkit.evaluate import Reference
+    from passkit.plugins import get_plugin_manager
+    from passkit.registry import get_registry
     from passkit.runner import run_pipeline
 
     reference = Reference(program, real_inputs) if pipeline.settings.verify == "numerics" else None
-    report = run_pipeline(pipeline, program, reference=reference, progress=progress)
+    report = run_pipeline(
+        pipeline, program, pm=get_plugin_manager(), registry=get_registry(), reference=reference, progress=progress
+    )
     if reports is not None:
         report.graph = f"graph {len(reports) + 1}, {'training' if program.training else 'inference'}"
         reports.append(report)

@@ -17,13 +17,13 @@ from typing import Any, Callable
 import torch
 
 from passkit._torch import pytree
+from passkit.compare import compare_values
 from passkit.errors import PasskitError
 from passkit.report import Report, StepRecord
 
 __all__ = ["CheckResult", "run_check", "load_factory", "DEFAULT_MODEL"]
 
 DEFAULT_MODEL = "passkit.examples.transformer:block"
-RTOL, ATOL = 1e-4, 1e-5
 
 
 @dataclass
@@ -82,23 +82,6 @@ def _loss(out: Any) -> torch.Tensor:
     return sum(((t.float() ** 2).mean() for t in leaves), torch.zeros(()))
 
 
-def _max_diff(expected: list[Any], actual: list[Any], label: str, mismatches: list[str]) -> float:
-    worst = 0.0
-    for i, (e, a) in enumerate(zip(expected, actual)):
-        if not isinstance(e, torch.Tensor):
-            continue
-        if a is None or e.shape != a.shape:
-            mismatches.append(f"{label}[{i}]: shape {tuple(e.shape)} vs {None if a is None else tuple(a.shape)}")
-            worst = float("inf")
-            continue
-        e, a = e.detach().double(), a.detach().double()
-        diff = float((e - a).abs().max()) if e.numel() else 0.0
-        if not torch.allclose(a, e, rtol=RTOL, atol=ATOL):
-            mismatches.append(f"{label}[{i}]: max |diff| {diff:.3g}")
-        worst = max(worst, diff)
-    return worst
-
-
 def run_check(
     pipeline: Any,
     *,
@@ -108,7 +91,7 @@ def run_check(
 ) -> CheckResult:
     """Compile ``model`` (default: the shipped transformer block) with ``pipeline``; one step vs eager."""
     import passkit
-    from passkit.pipeline import load_pipeline
+    from passkit.api import load_pipeline
 
     spec = model or DEFAULT_MODEL
     resolved = load_pipeline(pipeline)
@@ -127,14 +110,19 @@ def run_check(
             _loss(expected).backward()
             _loss(actual).backward()
     mismatches: list[str] = []
+
+    def compared(expected_values: list[Any], actual_values: list[Any], label: str) -> float:
+        comparison = compare_values(expected_values, actual_values, label)
+        mismatches.extend(str(m) for m in comparison.mismatches)
+        return comparison.max_diff
+
     flat = pytree.tree_leaves
-    outputs_diff = _max_diff(flat(expected), flat(actual), "output", mismatches)
+    outputs_diff = compared(flat(expected), flat(actual), "output")
     grads_diff = None
     if training:
-        grads_diff = _max_diff(
-            [p.grad for p in eager_model.parameters()], [p.grad for p in compiled_model.parameters()], "grad", mismatches
-        )
-    buffers_diff = _max_diff(list(eager_model.buffers()), list(compiled_model.buffers()), "buffer", mismatches) if list(eager_model.buffers()) else None
+        grads_diff = compared([p.grad for p in eager_model.parameters()], [p.grad for p in compiled_model.parameters()], "grad")
+    buffers = list(eager_model.buffers())
+    buffers_diff = compared(buffers, list(compiled_model.buffers()), "buffer") if buffers else None
     return CheckResult(
         pipeline=str(resolved.source or resolved.name),
         model=spec,

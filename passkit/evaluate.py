@@ -13,12 +13,11 @@ from typing import Any, Sequence
 
 import torch
 
+from passkit.autodiff import JointPlan, make_joint_fn
+from passkit.compare import compare_values
 from passkit.program import Program
 
-__all__ = ["Observation", "Reference", "observe", "max_difference"]
-
-RTOL = 1e-4
-ATOL = 1e-5
+__all__ = ["Observation", "Reference", "observe"]
 
 
 @dataclass
@@ -66,8 +65,6 @@ def observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
     io = program.io("main")
     if not any(d.kind == "mutation" for d in io.outputs) and "functional" not in program.facts:
         return _observe_eager(program, clones, leaves)
-    from passkit.passes.joint import JointPlan, make_joint_fn
-
     if not program.training:
         with torch.no_grad():
             outs = graphs["main"](*clones)
@@ -111,7 +108,7 @@ def _observe_joint(program: Program, clones: list[Any], leaves: list[Any]) -> Ob
     io = program.io("joint")
     fn = program.compiled.get("joint", program.graphs["joint"])
     primals = [c.detach() if isinstance(c, torch.Tensor) else c for c in clones]
-    n_fwd = sum(1 for d in io.outputs if d.kind in ("mutation", "user"))
+    n_fwd = io.n_visible
     diff = [d.index for d in io.inputs if d.kind == "tangent"]
     placeholders = [n for n in program.graphs["joint"].graph.nodes if n.op == "placeholder"]
     shapes = {d.index: p.meta["val"] for p, d in zip(placeholders, io.inputs) if d.kind == "tangent"}
@@ -130,7 +127,7 @@ def _observe_split(program: Program, clones: list[Any], leaves: list[Any]) -> Ob
     primals = [c.detach() if isinstance(c, torch.Tensor) else c for c in clones]
     with torch.no_grad():
         outs = list(forward(*primals))
-        n_fwd = sum(1 for d in fw_io.outputs if d.kind in ("mutation", "user"))
+        n_fwd = fw_io.n_visible
         visible, saved = outs[:n_fwd], outs[n_fwd:]
         diff = [d.index for d in bw_io.inputs if d.kind == "tangent"]
         tangents = dict(zip(diff, _tangents_for(program, fw_io.outputs[:n_fwd], diff, visible)))
@@ -165,33 +162,6 @@ def _detached(value: Any) -> Any:
     return value.detach() if isinstance(value, torch.Tensor) else value
 
 
-def max_difference(expected: Sequence[Any], actual: Sequence[Any]) -> tuple[float, int]:
-    """Largest tolerance-scaled difference and where it is (index), over paired tensors."""
-    worst, where = 0.0, -1
-    for i, (a, b) in enumerate(zip(expected, actual)):
-        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-            continue
-        if a.shape != b.shape:
-            return float("inf"), i
-        if not a.is_floating_point():
-            diff = float((a != b).any())
-        else:
-            diff = float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
-        if diff > worst:
-            worst, where = diff, i
-    return worst, where
-
-
-def _close(expected: Any, actual: Any) -> bool:
-    if not isinstance(expected, torch.Tensor) or not isinstance(actual, torch.Tensor):
-        return True
-    if expected.shape != actual.shape or expected.dtype != actual.dtype:
-        return False
-    if not expected.is_floating_point():
-        return bool(torch.equal(expected, actual))
-    return bool(torch.allclose(actual.double(), expected.double(), rtol=RTOL, atol=ATOL, equal_nan=True))
-
-
 def _source_graph(program: Program, label: str) -> str:
     """The graph that computes outputs and new input values (forward), or gradients (backward)."""
     if "forward" in program.graphs:
@@ -214,8 +184,8 @@ class Reference:
             ("input", self.expected.inputs, actual.inputs),
             ("grad", self.expected.grads, actual.grads),
         ):
-            for i, (e, a) in enumerate(zip(expected, got)):
-                if not _close(e, a):
-                    diff, _ = max_difference([e], [a])
-                    return f"max |diff| {diff:.3g} in {label}[{i}] of graph {_source_graph(program, label)}"
+            comparison = compare_values(expected, got, label)
+            if not comparison.ok:
+                first = comparison.mismatches[0]
+                return f"{first.why} in {first.where} of graph {_source_graph(program, label)}"
         return None

@@ -1,121 +1,94 @@
-"""Own the facts: named states of a program that passes rely on, and a checker for each.
+"""Own facts: the named states of a program that passes rely on, and every rule about them.
 
-``passkit validate`` checks contracts against the table below; with ``verify`` on, the runner
-re-checks every established fact after each step so the step that broke one is named.
+A ``Fact`` has a name, a description and a checker. Plugins define facts through
+``passkit_register_facts``; the built-in ones too (``passkit.passes.core_facts`` registers the
+structural facts, ``functionalize`` and ``decompose`` the facts they establish). Three rules live here
+and nowhere else:
+
+- ``skip_reason`` / ``applies``: whether a step runs in a training or an inference plan;
+- ``after``: which facts hold after a step ran;
+- ``failed_checks``: which holding facts a program actually breaks (``verify = "facts"``).
+
+The loop, the contract check, the instruments and the pytest plugin all use these.
 """
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
-
-from passkit import _torch
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 if TYPE_CHECKING:
+    from passkit.pass_api import Pass
     from passkit.program import Program
 
-__all__ = ["Fact", "FACTS", "check_fact", "mutating_nodes", "ops_outside_opset"]
+__all__ = [
+    "Fact",
+    "INITIAL_FACTS",
+    "FINAL_FACT",
+    "after",
+    "applies",
+    "skip_reason",
+    "failed_checks",
+]
+
+INITIAL_FACTS = frozenset({"captured"})
+FINAL_FACT = "compiled"
 
 
 @dataclass(frozen=True)
 class Fact:
-    name: str
-    meaning: str
-    produced_by: str
+    """A named state of a program, with a checker that says why a program breaks it.
 
-
-FACTS: dict[str, Fact] = {
-    f.name: f
-    for f in (
-        Fact("captured", "graphs hold torch-level FX from Dynamo or make_fx", "capture"),
-        Fact("functional", "no op mutates; input mutations are recorded in the signature", "functionalize"),
-        Fact("decomposed", "every op is in the target opset of the chosen tables", "decompose"),
-        Fact("joint", "one graph computes the outputs and the gradients, with tangent inputs", "joint"),
-        Fact("partitioned", "separate forward and backward graphs; saved values in the signature", "partition.*"),
-        Fact("compiled", "every graph has a callable", "codegen.*"),
-    )
-}
-
-_ALLOWED_CALLABLES = {operator.getitem, _torch.set_grad_enabled}
-
-
-def mutating_nodes(program: Program) -> list[str]:
-    """Describe every node whose op mutates an argument (schema with a mutable alias)."""
-    found = []
-    for graph_name, gm in program.graphs.items():
-        for node in gm.graph.nodes:
-            if node.op == "call_method" and str(node.target).endswith("_"):
-                found.append(f"{graph_name}:{node.name} ({node.target})")
-            elif node.op == "call_function" and isinstance(node.target, _torch.OpOverload):
-                if node.target._schema.is_mutable:
-                    found.append(f"{graph_name}:{node.name} ({node.target})")
-    return found
-
-
-def ops_outside_opset(program: Program) -> list[str]:
-    """Ops outside the target opset that the last ``decompose`` step recorded (``target_opset``)."""
-    target = program.notes.get("target_opset")
-    if target is None:
-        return []
-    before_joint = "main" in program.graphs
-    outside = []
-    for gm in program.graphs.values():
-        for node in gm.graph.nodes:
-            if node.op != "call_function" or node.target in _ALLOWED_CALLABLES:
-                continue
-            if not target.contains(node.target, before_joint=before_joint):
-                outside.append(str(node.target))
-    return sorted(set(outside))
-
-
-def _check_functional(program: Program) -> str | None:
-    found = mutating_nodes(program)
-    if found:
-        return f"mutating ops remain: {', '.join(found[:5])}"
-    return None
-
-
-def _check_decomposed(program: Program) -> str | None:
-    outside = ops_outside_opset(program)
-    if outside:
-        return f"ops outside the target opset: {', '.join(outside[:8])}"
-    return None
-
-
-def _check_joint(program: Program) -> str | None:
-    if "joint" not in program.graphs:
-        return f"no 'joint' graph (graphs: {', '.join(program.graphs)})"
-    return None
-
-
-def _check_partitioned(program: Program) -> str | None:
-    missing = [g for g in ("forward", "backward") if g not in program.graphs]
-    if missing:
-        return f"missing graph(s): {', '.join(missing)}"
-    return None
-
-
-def _check_compiled(program: Program) -> str | None:
-    missing = [g for g in program.graphs if g not in program.compiled]
-    if missing:
-        return f"graph(s) without a callable: {', '.join(missing)}"
-    return None
-
-
-_CHECKERS: dict[str, Callable[[Program], str | None]] = {
-    "functional": _check_functional,
-    "decomposed": _check_decomposed,
-    "joint": _check_joint,
-    "partitioned": _check_partitioned,
-    "compiled": _check_compiled,
-}
-
-
-def check_fact(program: Program, fact: str) -> str | None:
-    """Return why ``fact`` does not hold for ``program``, or None when it holds.
-
-    Facts without a structural checker (``captured`` and plugin-defined facts) always hold.
+    ``check(program)`` returns None when the fact holds, else a one-line reason. A fact with
+    ``tied_to_graphs`` describes artefacts built from the graphs (compiled callables): it stops
+    holding when a step changes the graphs without producing it again, and ``discard`` then
+    drops those artefacts.
     """
-    checker = _CHECKERS.get(fact)
-    return checker(program) if checker else None
+
+    name: str
+    description: str
+    check: Callable[[Program], str | None] | None = None
+    tied_to_graphs: bool = False
+    discard: Callable[[Program], None] | None = None
+
+
+def skip_reason(*, enabled: bool, when: str | None, pass_: Pass, training: bool) -> str:
+    """Why a step does not run in a training (or inference) plan; ``""`` when it runs."""
+    if not enabled:
+        return "disabled"
+    kind = "training" if training else "inference"
+    if when is not None and when != kind:
+        return f"when = {when}"
+    if pass_.training_only and not training:
+        return "inference program"
+    return ""
+
+
+def applies(*, enabled: bool, when: str | None, pass_: Pass, training: bool) -> bool:
+    """Whether a step runs in a training (or inference) plan."""
+    return not skip_reason(enabled=enabled, when=when, pass_=pass_, training=training)
+
+
+def after(facts: Iterable[str], pass_: Pass, *, graphs_changed: bool, table: Mapping[str, Fact]) -> set[str]:
+    """The facts that hold after ``pass_`` ran on a program holding ``facts``.
+
+    A pass adds what it produces and removes what it invalidates; a changed graph also ends
+    every fact tied to the graphs that the pass did not produce again.
+    """
+    holding = (set(facts) | pass_.produces) - pass_.invalidates
+    if graphs_changed:
+        holding -= {
+            name for name in holding if name not in pass_.produces and name in table and table[name].tied_to_graphs
+        }
+    return holding
+
+
+def failed_checks(program: Program, facts: Iterable[str], table: Mapping[str, Fact]) -> list[tuple[str, str]]:
+    """``(fact, reason)`` for every fact in ``facts`` that ``program`` breaks, by name."""
+    failures = []
+    for name in sorted(facts):
+        fact = table.get(name)
+        reason = fact.check(program) if fact is not None and fact.check is not None else None
+        if reason is not None:
+            failures.append((name, reason))
+    return failures

@@ -1,28 +1,83 @@
-"""Own the extension contract: every pluggy hook that passkit calls, documented.
+"""Own the extension contract: every pluggy hook that passkit calls, and what they receive.
 
 Plugins are modules (or objects) of ``@passkit.hookimpl`` functions, found through the
-``passkit`` entry-point group. The built-in passes and instruments are plugins too and use
-exactly these hooks. An implementation may accept any subset of a hook's arguments; hooks only
-ever gain arguments, never lose or rename them.
+``passkit`` entry-point group. The built-in passes, facts and instruments are plugins too and
+use exactly these hooks. An implementation may accept any subset of a hook's arguments; hooks
+only ever gain arguments, never lose or rename them. ``StepContext`` is what the per-step hooks
+receive; it gains fields, never loses them.
+
+Wrappers of ``passkit_run_step`` run in a fixed order. The built-in instruments are plain
+wrappers registered in this order, innermost first: ``timing`` (times the pass alone),
+``dumps``, ``verify`` (so a dump of a failing step exists before verification raises). A
+plugin's plain wrapper, registered later, wraps all of them; ``tryfirst=True`` makes it the
+outermost of all, ``trylast=True`` the innermost (inside ``timing``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import pluggy
+
+from passkit.facts import Fact, after
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from passkit.pass_api import Pass
-    from passkit.runner import StepContext
+    import pydantic
 
-__all__ = ["hookspec", "hookimpl", "PROJECT_NAME"]
+    from passkit.pass_api import Pass
+    from passkit.pipeline import Pipeline, Step
+    from passkit.program import Program
+    from passkit.report import StepRecord
+
+__all__ = ["hookspec", "hookimpl", "PROJECT_NAME", "StepContext"]
 
 PROJECT_NAME = "passkit"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@dataclass
+class StepContext:
+    """Everything a per-step hook may read, or annotate through ``record``, for one step.
+
+    The step's pass is ``step.pass_``, its validated options ``step.options`` and its position
+    in the plan ``step.position``; the run's settings are ``pipeline.settings``.
+    ``graph_hash_before`` is the program's graph hash before the step, so wrappers can tell
+    whether the step changed the graphs without hashing twice. ``reference`` is what
+    ``verify = "numerics"`` compares against (None otherwise). ``known_facts`` are the
+    registered facts, by name.
+    """
+
+    step: Step
+    program: Program
+    pipeline: Pipeline
+    record: StepRecord
+    previous: list[str]
+    reference: Any | None = None
+    known_facts: Mapping[str, Fact] = field(default_factory=dict)
+    graph_hash_before: str = ""
+
+    @property
+    def pass_(self) -> Pass:
+        """The step's resolved pass (the same object as ``step.pass_``)."""
+        return self.step.pass_
+
+    @property
+    def graphs_changed(self) -> bool:
+        """Whether the graphs differ from what they were before the step (by hash)."""
+        return self.program.graph_hash() != self.graph_hash_before
+
+    def facts_after(self) -> set[str]:
+        """The facts that hold once this step is done (``passkit.facts.after``)."""
+        return after(self.program.facts, self.pass_, graphs_changed=self.graphs_changed, table=self.known_facts)
+
+    @property
+    def label(self) -> str:
+        """``<file>: steps[i] (<id>)``: how every error about this step begins."""
+        return self.pipeline.where(self.step)
 
 
 @hookspec
@@ -38,6 +93,23 @@ def passkit_register_passes() -> list[Pass]:
         @passkit.hookimpl
         def passkit_register_passes():
             return [fold_double_neg]
+    """
+
+
+@hookspec
+def passkit_register_facts() -> list[Fact]:
+    """Return the facts this plugin defines, each with a checker.
+
+    Returns:
+        A list of :class:`passkit.Fact`. Every fact a pass ``requires``, ``produces`` or
+        ``invalidates`` must be registered by some plugin; ``verify = "facts"`` runs each
+        fact's checker after every step, so a pass that breaks a plugin's fact is named too.
+
+    Example::
+
+        @passkit.hookimpl
+        def passkit_register_facts():
+            return [passkit.Fact("acme.no_double_neg", "no neg(neg(x)) remains", check=find_double_neg)]
     """
 
 
@@ -73,18 +145,60 @@ def passkit_register_pipelines() -> list[Path]:
     """
 
 
+@hookspec
+def passkit_register_settings() -> type[pydantic.BaseModel]:
+    """Return a pydantic model whose fields become keys of a pipeline's ``[settings]`` table.
+
+    Returns:
+        A model class; each field needs a default. Its keys are validated when a pipeline
+        loads, like passkit's own settings, and are read as ``pipeline.settings.<key>``
+        (for example from ``context.pipeline.settings`` in a wrapper). A key that passkit or
+        another plugin already declares is an error naming both plugins.
+
+    Example::
+
+        class AcmeSettings(pydantic.BaseModel):
+            acme_trace: bool = False
+
+        @passkit.hookimpl
+        def passkit_register_settings():
+            return AcmeSettings
+    """
+
+
+@hookspec(firstresult=True)
+def passkit_should_run_step(context: StepContext) -> bool | None:
+    """Decide whether a step that applies runs at all; the first non-None result wins.
+
+    Return ``False`` to skip the step (the report row says ``skipped`` with
+    ``context.record.reason``, which the implementation may set), ``True`` or ``None`` to let
+    it run. This is how bisection and "stop after step N" work without touching the loop.
+    A skipped step produces no facts, so later steps that need them fail their requirement.
+
+    Example::
+
+        @passkit.hookimpl
+        def passkit_should_run_step(context):
+            if context.step.position > LIMIT:
+                context.record.reason = f"bisect: past step {LIMIT}"
+                return False
+            return None
+    """
+
+
 @hookspec(firstresult=True)
 def passkit_run_step(context: StepContext) -> bool | None:
     """Run one pipeline step; the first non-None result wins.
 
-    The built-in implementation applies ``context.pass_`` with ``context.options`` to
-    ``context.program`` and returns the pass's own claim of change. Cross-cutting concerns
+    The built-in implementation applies ``context.step.pass_`` with ``context.step.options``
+    to ``context.program`` and returns the pass's own claim of change. Cross-cutting concerns
     (timing, graph dumps, verification) are ``@hookimpl(wrapper=True)`` implementations that
-    ``yield`` to the step and read or annotate ``context.record`` around it.
+    ``yield`` to the step and read or annotate ``context.record`` around it (see the module
+    docstring for their order).
 
     Args:
-        context: the step's position, resolved options, the program, the pipeline settings
-            and the report row being filled in.
+        context: the step (its pass, options and position), the program, the pipeline and
+            its settings, and the report row being filled in.
 
     Example::
 

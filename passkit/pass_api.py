@@ -14,13 +14,14 @@ import inspect
 import re
 import textwrap
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import pydantic
 
 if TYPE_CHECKING:
     from passkit.program import Program
+    from passkit.registry import Registry
 
 __all__ = ["Pass", "graph_pass", "PASS_NAME_RE"]
 
@@ -44,20 +45,24 @@ class Pass:
     training_only: bool = False
     version: str = "1"
     doc: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def summary(self) -> str:
         """First line of the docstring: what ``passkit passes`` shows."""
         return self.doc.strip().splitlines()[0] if self.doc.strip() else ""
 
-    def options(self, **values: Any) -> pydantic.BaseModel:
-        """Validate option values against this pass's model."""
-        return self.options_model(**values)
+    def options(self, *, registry: Registry | None = None, **values: Any) -> pydantic.BaseModel:
+        """Validate option values against this pass's model.
+
+        Options that name registered things (decomposition tables, pattern sets) are checked
+        against ``registry``, which validators read from pydantic's validation context
+        (``info.context["registry"]``).
+        """
+        return self.options_model.model_validate(values, context={"registry": registry})
 
     def run(self, program: Program, options: pydantic.BaseModel | None = None) -> bool:
         """Apply the pass; returns what the pass claims (the runner judges change by hashes)."""
-        opts = options if options is not None else self.options_model()
+        opts = options if options is not None else self.options()
         return bool(self.fn(program, **dict(opts)))
 
     def fingerprint(self) -> str:

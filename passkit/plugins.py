@@ -1,6 +1,11 @@
 """Own the plugin manager: built-ins first, then the ``passkit`` entry points, then a pending check.
 
-Built-in passes and instruments are plugins loaded through the same manager as third-party code.
+Built-in facts, passes, instruments and pipelines are plugins loaded through the same manager
+and hooks as third-party code. ``BUILTIN_PLUGINS`` is their one list (passkit's own
+distribution declares no ``passkit`` entry points, so installed metadata cannot drift from it).
+The essential ones (the built-in facts and the step that applies a pass) cannot be blocked and
+are registered even in a manager built without the other built-ins: without them no pipeline
+means anything.
 A plugin that fails to import (or to register) is reported on stderr as one line naming the
 plugin and its distribution, recorded in ``failed_plugins``, and every other plugin still loads.
 
@@ -25,6 +30,7 @@ from passkit import hookspecs
 
 __all__ = [
     "BUILTIN_PLUGINS",
+    "ESSENTIAL_PLUGINS",
     "PasskitPluginManager",
     "make_plugin_manager",
     "get_plugin_manager",
@@ -33,22 +39,23 @@ __all__ = [
     "blocked_plugin_names",
 ]
 
-# The same (entry-point name, module) pairs as `[project.entry-points.passkit]` in pyproject.toml.
+# (plugin name, module), in registration order. The instruments' order is their wrapper order,
+# innermost first (see passkit.hookspecs).
 BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
+    ("core_facts", "passkit.passes.core_facts"),
+    ("apply_pass", "passkit.passes.apply"),
     ("functionalize", "passkit.passes.functionalize"),
     ("decompose", "passkit.passes.decompose"),
     ("joint", "passkit.passes.joint"),
     ("partition", "passkit.passes.partition"),
     ("fx_cleanup", "passkit.passes.fx_cleanup"),
     ("codegen_python", "passkit.passes.codegen_python"),
-    ("runner", "passkit.runner"),
     ("timing", "passkit.instruments.timing"),
     ("dumps", "passkit.instruments.dumps"),
     ("verify", "passkit.instruments.verify"),
+    ("shipped_pipelines", "passkit.passes.shipped_pipelines"),
 )
-
-# Registered after the built-ins: ships `passkit/pipelines/*.toml` through the pipelines hook.
-SHIPPED_PIPELINES_PLUGIN = ("shipped_pipelines", "passkit.pipeline.shipped")
+ESSENTIAL_PLUGINS = ("core_facts", "apply_pass")
 
 DISABLE_ENV = "PASSKIT_DISABLE_PLUGINS"
 TRACE_ENV = "PASSKIT_TRACE_PLUGINS"
@@ -84,7 +91,7 @@ class PasskitPluginManager(pluggy.PluginManager):
 
 def describe_plugin(pm: pluggy.PluginManager, name: str) -> str:
     """Render ``plugin 'acme' (acme-passes 1.0)`` for messages that must name a distribution."""
-    dist = getattr(pm, "distributions", {}).get(name)
+    dist = pm.distributions.get(name) if isinstance(pm, PasskitPluginManager) else None
     if dist is None:
         return f"plugin {name!r} (not from an installed distribution)"
     dist_name, version = dist
@@ -136,7 +143,7 @@ def _load_entry_points(pm: PasskitPluginManager) -> None:
     for entry_point in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name):
         dist = entry_point.dist
         dist_name = dist.metadata["Name"] if dist is not None else "unknown"
-        # passkit's own entry points are BUILTIN_PLUGINS; stale installed metadata must not add more.
+        # passkit's built-ins are BUILTIN_PLUGINS; stale installed metadata must not add more.
         if dist_name == own:
             continue
         name = entry_point.name
@@ -187,15 +194,18 @@ def _install_tracing(pm: PasskitPluginManager) -> None:
 def make_plugin_manager(*, load_entry_points: bool = True, builtins: bool = True) -> PasskitPluginManager:
     """Build a fresh manager: built-ins, then the ``passkit`` entry points, then a pending check.
 
-    ``builtins=False`` gives an empty manager with passkit's hookspecs, for tests that register
-    their own plugins.
+    ``builtins=False`` gives a manager with passkit's hookspecs and only the essential
+    built-ins, for tests that register their own plugins.
     """
     pm = PasskitPluginManager()
     for name in blocked_plugin_names():
+        if name in ESSENTIAL_PLUGINS:
+            print(f"passkit: plugin {name!r} is essential and cannot be disabled", file=sys.stderr)
+            continue
         pm.set_blocked(name)
-    if builtins:
-        distribution = _passkit_distribution()
-        for name, module_name in (*BUILTIN_PLUGINS, SHIPPED_PIPELINES_PLUGIN):
+    distribution = _passkit_distribution()
+    for name, module_name in BUILTIN_PLUGINS:
+        if builtins or name in ESSENTIAL_PLUGINS:
             _register_module(pm, name, module_name, distribution)
     if load_entry_points:
         _load_entry_points(pm)

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
 
 if TYPE_CHECKING:
     from torch.fx import GraphModule
 
 
-__all__ = ["Desc", "GraphIO", "InputInfo", "OutputInfo", "Signature", "Program"]
+__all__ = ["Desc", "GraphIO", "InputInfo", "OutputInfo", "Signature", "TargetOpset", "Program"]
 
 DescKind = Literal["param", "buffer", "user", "tangent", "mutation", "grad", "saved"]
 
@@ -46,6 +46,11 @@ class GraphIO:
 
     inputs: list[Desc]
     outputs: list[Desc]
+
+    @property
+    def n_visible(self) -> int:
+        """How many leading outputs the caller sees (``user`` and ``mutation``); saved values follow."""
+        return sum(1 for d in self.outputs if d.kind in ("mutation", "user"))
 
 
 @dataclass
@@ -87,6 +92,22 @@ class Signature:
     graph_io: dict[str, GraphIO] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class TargetOpset:
+    """What a ``decompose`` step lowered the program to.
+
+    The names (``tables``, ``keep``, ``extra``) identify it and are what serialises; ``table``
+    is the resolved decomposition table (``joint`` lowers the backward through it) and
+    ``kept`` the overloads left whole.
+    """
+
+    tables: tuple[str, ...]
+    keep: tuple[str, ...]
+    extra: tuple[str, ...]
+    table: Mapping[Any, Callable[..., Any]] = field(default_factory=dict, compare=False, repr=False)
+    kept: frozenset[Any] = field(default=frozenset(), compare=False, repr=False)
+
+
 @dataclass
 class Program:
     """Named FX graphs plus their signature, fake example inputs, facts and compiled code."""
@@ -98,6 +119,7 @@ class Program:
     facts: set[str] = field(default_factory=set)
     compiled: dict[str, Callable[..., Any]] = field(default_factory=dict)
     training: bool = False
+    target_opset: TargetOpset | None = None
     notes: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
     _hash_cache: Any = field(default=None, repr=False, compare=False)

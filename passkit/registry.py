@@ -1,7 +1,9 @@
-"""Own the name lookups: pass name -> pass, table name -> decomposition factory, name -> pipeline file.
+"""Own the name lookups: passes, facts, decomposition tables, pipeline files and settings keys.
 
 The registry is collected from every plugin's ``passkit_register_*`` hooks and remembers which
 plugin (and distribution) gave what, so that a duplicate name is an error naming both sides.
+Every fact a pass names must be registered, so ``verify = "facts"`` can check it. The settings
+model is passkit's ``Settings`` extended with every plugin's ``passkit_register_settings``.
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ from typing import Any, Callable
 
 import pluggy
 
+import pydantic
+
 from passkit.errors import PluginError
+from passkit.facts import Fact
 from passkit.pass_api import Pass
+from passkit.pipeline.model import Settings
 from passkit.plugins import describe_plugin, get_plugin_manager
 
 __all__ = ["PassEntry", "Registry", "build_registry", "get_registry"]
@@ -35,10 +41,12 @@ class Registry:
     """Everything the plugins registered, by name."""
 
     passes: dict[str, PassEntry] = field(default_factory=dict)
+    facts: dict[str, Fact] = field(default_factory=dict)
+    settings_model: type[Settings] = Settings
     decompositions: dict[str, Callable[[], dict]] = field(default_factory=dict)
     pipelines: dict[str, Path] = field(default_factory=dict)
     failed_plugins: dict[str, str] = field(default_factory=dict)
-    # Which plugin gave each decomposition table and pipeline file ("plugin 'x' (dist 1.0)").
+    # Which plugin gave each fact, table, pipeline file and setting ("plugin 'x' (dist 1.0)").
     providers: dict[str, str] = field(default_factory=dict)
 
     def get_pass(self, name: str) -> Pass:
@@ -74,6 +82,9 @@ def build_registry(pm: pluggy.PluginManager) -> Registry:
         PluginError: a duplicate name, or a record that is not what the hook promises.
     """
     registry = Registry(failed_plugins=dict(getattr(pm, "failed_plugins", {})))
+    for plugin_name, facts in _results(pm, registry, "passkit_register_facts"):
+        for fact in _as_list(pm, plugin_name, "passkit_register_facts", facts, "facts"):
+            _add_fact(pm, registry, plugin_name, fact)
     for plugin_name, records in _results(pm, registry, "passkit_register_passes"):
         for record in _as_list(pm, plugin_name, "passkit_register_passes", records, "passes"):
             _add_pass(pm, registry, plugin_name, record)
@@ -83,8 +94,48 @@ def build_registry(pm: pluggy.PluginManager) -> Registry:
     for plugin_name, paths in _results(pm, registry, "passkit_register_pipelines"):
         for path in _as_list(pm, plugin_name, "passkit_register_pipelines", paths, "paths"):
             _add_pipeline(pm, registry, plugin_name, path)
+    settings_fields: dict[str, Any] = {}
+    for plugin_name, model in _results(pm, registry, "passkit_register_settings"):
+        _add_settings(pm, registry, plugin_name, model, settings_fields)
+    if settings_fields:
+        registry.settings_model = pydantic.create_model("Settings", __base__=Settings, **settings_fields)
     return registry
 
+
+def _add_fact(pm: pluggy.PluginManager, registry: Registry, plugin_name: str, fact: Any) -> None:
+    who = describe_plugin(pm, plugin_name)
+    if not isinstance(fact, Fact):
+        raise PluginError(f"{who}: passkit_register_facts returned {_describe_value(fact)}, not a passkit.Fact")
+    key = f"fact:{fact.name}"
+    if fact.name in registry.facts:
+        raise PluginError(f"duplicate fact {fact.name!r}: registered by {registry.providers[key]} and {who}")
+    registry.facts[fact.name] = fact
+    registry.providers[key] = who
+
+
+def _check_pass_facts(pm: pluggy.PluginManager, registry: Registry, plugin_name: str, pass_: Pass) -> None:
+    for fact in sorted(pass_.requires | pass_.produces | pass_.invalidates):
+        if fact not in registry.facts:
+            raise PluginError(
+                f"{describe_plugin(pm, plugin_name)}: pass {pass_.name!r} names fact {fact!r}, which no plugin "
+                "registers; return a passkit.Fact for it from passkit_register_facts"
+            )
+
+
+def _add_settings(
+    pm: pluggy.PluginManager, registry: Registry, plugin_name: str, model: Any, fields: dict[str, Any]
+) -> None:
+    who = describe_plugin(pm, plugin_name)
+    if not (isinstance(model, type) and issubclass(model, pydantic.BaseModel)):
+        raise PluginError(f"{who}: passkit_register_settings returned {_describe_value(model)}, not a pydantic model class")
+    for key, info in model.model_fields.items():
+        if info.is_required():
+            raise PluginError(f"{who}: setting {key!r} needs a default")
+        owner = registry.providers.get(f"setting:{key}", "passkit" if key in Settings.model_fields else None)
+        if owner is not None:
+            raise PluginError(f"duplicate setting {key!r}: declared by {owner} and {who}")
+        fields[key] = (info.annotation, info)
+        registry.providers[f"setting:{key}"] = who
 
 def _results(pm: pluggy.PluginManager, registry: Registry, hook_name: str) -> list[tuple[str, Any]]:
     """Call each plugin's implementation of a register hook, oldest registration first."""
@@ -145,6 +196,7 @@ def _add_pass(pm: pluggy.PluginManager, registry: Registry, plugin_name: str, re
             f"duplicate pass name {record.name!r}: registered by "
             f"{describe_plugin(pm, existing.plugin)} and {describe_plugin(pm, plugin_name)}"
         )
+    _check_pass_facts(pm, registry, plugin_name, record)
     dist_name, version = _distribution(pm, plugin_name)
     registry.passes[record.name] = PassEntry(record, plugin_name, dist_name, version)
 

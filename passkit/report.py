@@ -38,7 +38,7 @@ class StepRecord:
             return "skipped"
         return "yes" if self.changed else "no"
 
-    def notes(self) -> str:
+    def remarks(self) -> str:
         """The row's free-text column: skip reason, the pass's figures, disagreements, dumps."""
         if self.status == "skipped":
             return self.reason
@@ -111,7 +111,7 @@ def _row(record: StepRecord) -> tuple[str, ...]:
         record.changed_label,
         _ms(record.seconds) if ran else "-",
         f"{record.nodes_before}\u2192{record.nodes_after}" if ran else "-",
-        record.notes(),
+        record.remarks(),
     )
 
 

@@ -74,8 +74,8 @@ class CompiledProgram:
         self.training = "forward" in program.graphs
         graph = "forward" if self.training else "main"
         io = program.io(graph)
-        visible = [d for d in io.outputs if d.kind in ("mutation", "user")]
-        self.n_visible = len(visible)
+        visible = io.outputs[: io.n_visible]
+        self.n_visible = io.n_visible
         self.mutation_slots = [(k, d.index) for k, d in enumerate(visible) if d.kind == "mutation"]
         self.user_slots = [k for k, d in enumerate(visible) if d.kind == "user"]
         self.mutated = [i for i, info in enumerate(sig.inputs) if info.mutated]

@@ -63,10 +63,7 @@ def make_program() -> Callable[..., Any]:
         program.notes["reference"] = Reference(program, list(inputs))
         registry = get_registry()
         for name in passes:
-            pass_ = registry.get_pass(name)
-            pass_.run(program)
-            program.facts |= pass_.produces
-            program.facts -= pass_.invalidates
+            _apply(registry.get_pass(name), program, registry, {})
         # Figures the preparation passes recorded are not the pass under test's.
         program.stats.clear()
         return program
@@ -84,8 +81,9 @@ def assert_pass_preserves_numerics(pass_: Any, program: Any, **options: Any) -> 
     from passkit.evaluate import Reference
     from passkit.registry import get_registry
 
+    registry = get_registry()
     if isinstance(pass_, str):
-        pass_ = get_registry().get_pass(pass_)
+        pass_ = registry.get_pass(pass_)
     reference = program.notes.get("reference")
     if reference is None:
         real = program.notes.get("real_inputs")
@@ -103,10 +101,18 @@ def assert_pass_preserves_numerics(pass_: Any, program: Any, **options: Any) -> 
     before = program.graph_hash()
     # As the runner does per step: afterwards ``program.stats`` holds only this pass's figures.
     program.stats.clear()
-    pass_.run(program, pass_.options(**options))
-    program.facts |= pass_.produces
-    program.facts -= pass_.invalidates
+    _apply(pass_, program, registry, options)
     deviation = reference.compare(program)
     if deviation is not None:
         pytest.fail(f"pass {pass_.name} changed numerics: {deviation}", pytrace=False)
     return program.graph_hash() != before
+
+
+def _apply(pass_: Any, program: Any, registry: Any, options: dict[str, Any]) -> None:
+    """Run one pass as the runner would: options validated against the registry, facts updated
+    by ``passkit.facts.after``."""
+    from passkit.facts import after
+
+    before = program.graph_hash()
+    pass_.run(program, pass_.options(registry=registry, **options))
+    program.facts = after(program.facts, pass_, graphs_changed=program.graph_hash() != before, table=registry.facts)

@@ -58,9 +58,21 @@ def acme_lines(err: str) -> list[str]:
     return [line for line in err.splitlines() if "acme" in line or "ghost" in line]
 
 
-def test_builtin_plugins_match_pyproject():
+def test_builtins_are_listed_once_not_as_entry_points():
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert dict(BUILTIN_PLUGINS) == pyproject["project"]["entry-points"]["passkit"]
+    assert "passkit" not in pyproject["project"]["entry-points"]
+    names = [name for name, _ in make_plugin_manager(load_entry_points=False).list_name_plugin()]
+    assert names == [name for name, _ in BUILTIN_PLUGINS]
+
+
+def test_essential_builtins_cannot_be_blocked(monkeypatch, capsys):
+    monkeypatch.setenv("PASSKIT_DISABLE_PLUGINS", "apply_pass,core_facts,dumps")
+    pm = make_plugin_manager(load_entry_points=False)
+    assert pm.has_plugin("apply_pass") and pm.has_plugin("core_facts") and not pm.has_plugin("dumps")
+    assert capsys.readouterr().err.splitlines() == [
+        "passkit: plugin 'apply_pass' is essential and cannot be disabled",
+        "passkit: plugin 'core_facts' is essential and cannot be disabled",
+    ]
 
 
 def test_builtins_register_before_entry_points(make_dist):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import passkit.pipeline.shipped as shipped
+import passkit.passes.shipped_pipelines as shipped
 from passkit.errors import PluginError
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass

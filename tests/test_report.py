@@ -45,7 +45,7 @@ def test_table_title_names_the_graph_when_a_run_has_several() -> None:
 
 def test_pass_that_claims_no_change_but_changed_is_noted() -> None:
     record = StepRecord(0, "x", "x", changed=True, claimed_changed=False)
-    assert record.notes() == "claimed no change"
+    assert record.remarks() == "claimed no change"
 
 
 def test_to_json_is_plain_data_that_round_trips() -> None:

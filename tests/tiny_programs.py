@@ -1,11 +1,18 @@
-"""A hand-built program for runner and instrument tests: ``main(x, y) = (x + y) * y``."""
+"""Shared by runner and instrument tests: a hand-built program ``main(x, y) = (x + y) * y`` and
+``Kit``, a plugin manager with test passes that runs pipelines built in Python."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import fx
 
+from passkit.pipeline import Pipeline, Settings, Step
 from passkit.program import GraphIO, Program, Signature
+from passkit.report import Report
+from passkit.runner import run_pipeline
 
 aten = torch.ops.aten
 
@@ -21,3 +28,39 @@ def make_program(*, mutating: bool = False, dead: bool = False, training: bool =
     gm = fx.GraphModule(torch.nn.Module(), graph)
     signature = Signature(inputs=[], outputs=[], graph_io={"main": GraphIO([], [])})
     return Program(graphs={"main": gm}, signature=signature, example_inputs=[], facts={"captured"}, training=training)
+
+
+class Kit:
+    """A plugin manager with the essential built-ins, the instruments and the given test plugins,
+    its registry, and pipelines built in Python from pass names."""
+
+    def __init__(self, *plugins: Any) -> None:
+        from passkit.instruments import dumps, timing, verify
+        from passkit.plugins import make_plugin_manager
+        from passkit.registry import build_registry
+
+        self.pm = make_plugin_manager(load_entry_points=False, builtins=False)
+        for name, module in (("timing", timing), ("dumps", dumps), ("verify", verify)):
+            self.pm.register(module, name=name)
+        for index, plugin in enumerate(plugins):
+            self.pm.register(plugin, name=f"test{index}")
+        self.registry = build_registry(self.pm)
+
+    def pipeline(self, *specs: str | dict[str, Any], **settings: Any) -> Pipeline:
+        """Steps from pass names, or dicts with ``pass`` and optional ``id``, ``options``,
+        ``when``, ``enabled`` and ``location``."""
+        steps = []
+        for position, spec in enumerate(specs):
+            spec = {"pass": spec} if isinstance(spec, str) else dict(spec)
+            pass_ = self.registry.get_pass(spec.pop("pass"))
+            steps.append(Step(
+                position=position, id=spec.pop("id", pass_.name), pass_=pass_,
+                options=pass_.options(registry=self.registry, **spec.pop("options", {})),
+                when=spec.pop("when", None), enabled=spec.pop("enabled", True), origin={},
+                **spec,
+            ))
+        return Pipeline(name="t", description="", source=Path("t.toml"), settings=Settings(**settings),
+                        settings_origin={}, steps=tuple(steps), files=(Path("t.toml"),))
+
+    def run(self, pipeline: Pipeline, program: Program, **kwargs: Any) -> Report:
+        return run_pipeline(pipeline, program, pm=self.pm, registry=self.registry, **kwargs)

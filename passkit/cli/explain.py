@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 import click
 
 from passkit.cli import terminal
+from passkit.pipeline.messages import DEFAULT_ORIGIN
 
 if TYPE_CHECKING:
     from passkit.pipeline import Pipeline
 
 __all__ = ["command", "explain_text"]
 
-DEFAULT_ORIGIN = "<default>"  # as passkit.pipeline writes it
 WIDE = 60  # longer list values are shown one item per row
 
 

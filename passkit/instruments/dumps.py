@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Generator
 
 from passkit.hookspecs import hookimpl
-from passkit.runner import facts_after
 
 if TYPE_CHECKING:
+    from passkit.hookspecs import StepContext
     from passkit.program import Program
-    from passkit.runner import StepContext
 
 __all__ = ["passkit_run_step", "dump_program"]
 
@@ -32,18 +31,20 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 @hookimpl(wrapper=True)
 def passkit_run_step(context: StepContext) -> Generator[None, bool | None, bool | None]:
     """Write graph code after the step when ``settings.dump`` asks for it."""
-    mode = context.settings.dump
+    settings = context.pipeline.settings
+    mode = settings.dump
     if mode == "off":
         return (yield)
-    directory = Path(context.settings.dump_dir)
+    directory = Path(settings.dump_dir)
     if not context.previous:
         context.record.dumps.extend(dump_program(context.program, directory, "00-captured", "captured program"))
     result = yield
     changed = context.graphs_changed
     if mode == "all" or changed:
-        stem = f"{context.position + 1:02d}-{context.step.id}"
-        header = f"step {context.position + 1} ({context.step.id}), pass {context.pass_.name}"
-        facts = facts_after(context.program.facts, context.pass_, graphs_changed=changed)
+        number = context.step.position + 1
+        stem = f"{number:02d}-{context.step.id}"
+        header = f"step {number} ({context.step.id}), pass {context.pass_.name}"
+        facts = context.facts_after()
         context.record.dumps.extend(dump_program(context.program, directory, stem, header, facts=facts))
     return result
 

@@ -6,14 +6,14 @@ table). ``keep`` leaves ops whole (aten often runs them faster whole); ``extra``
 the full table. The pass works before or after ``joint``; after it, backward ops decompose too;
 before it, ``joint`` lowers the backward through the same table. The target opset of
 ``core_aten`` is Core ATen (ops tagged ``core``, and prims); of other tables, every op they do
-not decompose. Kept ops are in it too. ``verify = "facts"`` names any op outside it.
-Graphs are re-traced under functionalization, so decompositions that use in-place ops keep the
-program functional.
+not decompose. Kept ops are in it too. The step leaves a ``TargetOpset`` on the program, and
+the ``decomposed`` fact's checker (``passkit.passes.core_facts``) names any op outside it. Table names are checked
+against the registry when the pipeline loads. Graphs are re-traced under functionalization, so
+decompositions that use in-place ops keep the program functional.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import pydantic
@@ -22,9 +22,12 @@ import torch
 from passkit import _torch
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
-from passkit.program import Program
+from passkit.program import Program, TargetOpset
 
-__all__ = ["decompose", "DecomposeOptions", "TargetOpset", "resolve_op"]
+__all__ = ["decompose", "DecomposeOptions", "resolve_op"]
+
+Table = dict[Any, Callable[..., Any]]
+BUILTIN_TABLES: dict[str, Callable[[], Table]] = {"core_aten": _torch.core_aten_table, "full": _torch.full_table}
 
 
 def resolve_op(name: str) -> Any:
@@ -45,10 +48,19 @@ def _overloads(op: Any) -> list[Any]:
     return [op]
 
 
+class TableName(str):
+    """A decomposition table's name, carrying the factory the registry resolved it to."""
+
+    factory: Callable[[], Table]
+
+
 class DecomposeOptions(pydantic.BaseModel):
+    """``tables`` are checked against the registry in the validation context (the one the
+    pipeline loads with); without one, only the built-in tables are known."""
+
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
-    tables: list[str] = ["core_aten"]
+    tables: list[str] = pydantic.Field(default=["core_aten"], validate_default=True)
     keep: list[str] = []
     extra: list[str] = []
 
@@ -59,18 +71,27 @@ class DecomposeOptions(pydantic.BaseModel):
             resolve_op(name)
         return names
 
+    @pydantic.field_validator("tables", mode="after")
+    @classmethod
+    def _known_tables(cls, names: list[str], info: pydantic.ValidationInfo) -> list[str]:
+        registry = (info.context or {}).get("registry")
+        registered = registry.decompositions if registry is not None else BUILTIN_TABLES
+        resolved = []
+        for name in names:
+            if name not in registered:
+                known = ", ".join(sorted(registered)) or "none"
+                raise ValueError(f"unknown decomposition table '{name}' (known: {known})")
+            table_name = TableName(name)
+            table_name.factory = registered[name]
+            resolved.append(table_name)
+        return resolved
 
-def build_table(
-    tables: list[str], keep: list[str], extra: list[str], *, registry: Any = None
-) -> tuple[dict[Any, Callable[..., Any]], set[Any]]:
+
+def build_table(tables: list[TableName], keep: list[str], extra: list[str]) -> tuple[Table, set[Any]]:
     """One decomposition table: the named tables, plus ``extra`` ops, minus ``keep`` ops."""
-    registered = (registry or _registry()).decompositions
-    table: dict[Any, Callable[..., Any]] = {}
+    table: Table = {}
     for name in tables:
-        if name not in registered:
-            known = ", ".join(sorted(registered)) or "none"
-            raise ValueError(f"unknown decomposition table '{name}' (known: {known})")
-        table.update(registered[name]())
+        table.update(name.factory())
     if extra:
         table.update(_torch.decompositions_for([resolve_op(n) for n in extra]))
     kept = {op for name in keep for op in _overloads(resolve_op(name))}
@@ -79,19 +100,9 @@ def build_table(
     return table, kept
 
 
-# Ops whose meaning is about autograd, not values. ``main`` is differentiated later by ``joint``,
-# so lowering them there (detach -> alias) would let gradients through; ``joint`` lowers them
-# after autograd has applied them.
-_AUTOGRAD_SEMANTICS = frozenset({torch.ops.aten.detach.default})
-
-
 def _without_autograd_ops(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
-    return {op: fn for op, fn in table.items() if op not in _AUTOGRAD_SEMANTICS}
-
-
-def _is_core(op: Any) -> bool:
-    """In the Core ATen opset: tagged ``core``, or a prim."""
-    return op.namespace == "prims" or torch.Tag.core in op.tags
+    """``main`` is differentiated later by ``joint``, which lowers these after autograd ran."""
+    return {op: fn for op, fn in table.items() if op not in _torch.AUTOGRAD_SEMANTIC_OPS}
 
 
 def _lowered(gm: Any, table: dict[Any, Callable[..., Any]], *, functional: bool) -> Any:
@@ -105,61 +116,30 @@ def _lowered(gm: Any, table: dict[Any, Callable[..., Any]], *, functional: bool)
     return lowered
 
 
-@dataclass(frozen=True)
-class TargetOpset:
-    """What a ``decompose`` step lowered to, by name only, so a program stays serializable.
-
-    ``joint`` rebuilds the table from it to lower the backward the same way, and the
-    ``decomposed`` fact's checker asks it which ops belong.
-    """
-
-    tables: tuple[str, ...]
-    keep: tuple[str, ...]
-    extra: tuple[str, ...]
-
-    def table(self) -> dict[Any, Callable[..., Any]]:
-        return _cached_table(self, _registry())[0]
-
-    def contains(self, op: Any, *, before_joint: bool) -> bool:
-        if not isinstance(op, _torch.OpOverload):
-            return True  # getitem, grad-mode switches, higher-order ops: not ATen operators
-        table, kept = _cached_table(self, _registry())
-        if op in kept or (before_joint and op in _AUTOGRAD_SEMANTICS):
-            return True
-        if "core_aten" in self.tables:
-            return _is_core(op)
-        return op not in table
+_TABLES: dict[tuple[Any, ...], tuple[Table, frozenset[Any]]] = {}
 
 
-def _registry() -> Any:
-    from passkit.registry import get_registry
-
-    return get_registry()
-
-
-_TABLES: dict[TargetOpset, tuple[Any, dict[Any, Callable[..., Any]], frozenset[Any]]] = {}
-
-
-def _cached_table(spec: TargetOpset, registry: Any) -> tuple[dict[Any, Callable[..., Any]], frozenset[Any]]:
-    """Built once per registry: a plugin registered later may define a table of the same name."""
-    cached = _TABLES.get(spec)
-    if cached is None or cached[0] is not registry:
-        table, kept = build_table(list(spec.tables), list(spec.keep), list(spec.extra), registry=registry)
-        cached = _TABLES[spec] = (registry, table, frozenset(kept))
-    return cached[1], cached[2]
+def _cached_table(tables: list[TableName], keep: list[str], extra: list[str]) -> tuple[Table, frozenset[Any]]:
+    """Built once per set of factories and lists: building a table re-reads torch's registry."""
+    key = (tuple((str(name), name.factory) for name in tables), tuple(keep), tuple(extra))
+    cached = _TABLES.get(key)
+    if cached is None:
+        table, kept = build_table(tables, keep, extra)
+        cached = _TABLES[key] = (table, frozenset(kept))
+    return cached
 
 
 @graph_pass("decompose", requires={"functional"}, produces={"decomposed"}, options=DecomposeOptions)
-def decompose(program: Program, *, tables: list[str], keep: list[str], extra: list[str]) -> bool:
+def decompose(program: Program, *, tables: list[TableName], keep: list[str], extra: list[str]) -> bool:
     """Lower ops through decomposition tables (Core ATen by default), keeping the ones listed."""
-    target = TargetOpset(tuple(tables), tuple(keep), tuple(extra))
-    table = target.table()
+    table, kept = _cached_table(tables, keep, extra)
+    target = TargetOpset(tuple(map(str, tables)), tuple(keep), tuple(extra), table=table, kept=kept)
     before = program.graph_hash()
     functional = "functional" in program.facts
     for name, gm in list(program.graphs.items()):
         graph_table = _without_autograd_ops(table) if name == "main" else table
         program.graphs[name] = _lowered(gm, graph_table, functional=functional)
-    program.notes["target_opset"] = target
+    program.target_opset = target
     return program.graph_hash() != before
 
 
@@ -169,5 +149,6 @@ def passkit_register_passes() -> list:
 
 
 @hookimpl
-def passkit_register_decompositions() -> dict[str, Callable[[], dict[Any, Callable[..., Any]]]]:
-    return {"core_aten": _torch.core_aten_table, "full": _torch.full_table}
+def passkit_register_decompositions() -> dict[str, Callable[[], Table]]:
+    return dict(BUILTIN_TABLES)
+

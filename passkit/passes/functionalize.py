@@ -58,3 +58,4 @@ def functionalize(program: Program) -> bool:
 @hookimpl
 def passkit_register_passes() -> list:
     return [functionalize]
+

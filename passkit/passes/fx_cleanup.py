@@ -19,18 +19,9 @@ from passkit.program import Program
 __all__ = ["dce", "cse"]
 
 
-def _mutates(node: Node) -> bool:
-    if node.op == "call_method":
-        return str(node.target).endswith("_")
-    target = node.target
-    if isinstance(target, _torch.OpOverload):
-        return target._schema.is_mutable
-    return False
-
-
 def _keeps(node: Node) -> bool:
     """Whether a node must stay even when nothing reads its result."""
-    if _mutates(node):
+    if _torch.mutates(node):
         return True
     try:
         return node.is_impure()
@@ -86,7 +77,7 @@ def _eliminate_common_subexpressions(gm: GraphModule) -> bool:
     for node in list(gm.graph.nodes):
         if node.op not in ("call_function", "call_method"):
             continue
-        if _mutates(node) or _is_random(node) or _keeps(node):
+        if _torch.mutates(node) or _is_random(node) or _keeps(node):
             seen.clear()
             continue
         key = _cse_key(node, replaced)

@@ -59,7 +59,7 @@ def split_joint(joint: GraphModule, io: GraphIO, saved: list[Node]) -> tuple[Gra
     """Cut ``joint`` given the values to save; returns forward and backward with descriptors."""
     placeholders = [n for n in joint.graph.nodes if n.op == "placeholder"]
     outputs = _output_args(joint)
-    n_fwd = sum(1 for d in io.outputs if d.kind in ("mutation", "user"))
+    n_fwd = io.n_visible
     primals = [p for p, d in zip(placeholders, io.inputs) if d.kind != "tangent"]
     tangents = [p for p, d in zip(placeholders, io.inputs) if d.kind == "tangent"]
     forward_nodes = _ancestors(outputs[:n_fwd] + saved)
@@ -86,7 +86,7 @@ def split_joint(joint: GraphModule, io: GraphIO, saved: list[Node]) -> tuple[Gra
 
 def _saved_by_default(joint: GraphModule, io: GraphIO) -> list[Node]:
     outputs = _output_args(joint)
-    n_fwd = sum(1 for d in io.outputs if d.kind in ("mutation", "user"))
+    n_fwd = io.n_visible
     forward = _ancestors(outputs[:n_fwd])
     tangent_nodes = {
         p for p, d in zip((n for n in joint.graph.nodes if n.op == "placeholder"), io.inputs) if d.kind == "tangent"
@@ -172,7 +172,7 @@ def torch_min_cut(program: Program, *, memory_budget: float) -> bool:
     """Split joint with torch's min-cut rematerialization partitioner (honours recompute tags)."""
     joint_gm = program.graphs["joint"]
     io = program.io("joint")
-    n_fwd = sum(1 for d in io.outputs if d.kind in ("mutation", "user"))
+    n_fwd = io.n_visible
     forward, backward = _torch.min_cut_partition(joint_gm, n_fwd, memory_budget=memory_budget)
     fw_outputs = _output_args(forward)
     saved_names = [getattr(n, "name", None) for n in fw_outputs[n_fwd:]]

@@ -1,7 +1,9 @@
 """Own pipeline files: their models, loading, ``extends`` overlays, provenance and contract checks.
 
-``load_pipeline("training")`` or ``load_pipeline("my.toml")`` returns a fully validated
-``Pipeline``; see docs/pipelines.md for every key of the file.
+``load_pipeline("training", registry=...)`` or ``load_pipeline("my.toml", registry=...)``
+returns a fully validated ``Pipeline``; ``passkit.load_pipeline`` supplies the process-wide
+registry. See docs/pipelines.md for every key of the file. This package never imports torch or
+a built-in pass.
 """
 
 from __future__ import annotations

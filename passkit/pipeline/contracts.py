@@ -1,9 +1,8 @@
 """Own the fact-contract check: does each step find the facts it requires, in order?
 
-Facts start as ``{"captured"}``. A training plan skips steps with ``when = "inference"``; an
-inference plan skips ``when = "training"`` steps and training-only passes. Disabled steps never
-run. After each step its pass's ``produces`` are added and its ``invalidates`` removed. The plan
-must end with ``compiled``.
+Facts start as ``passkit.facts.INITIAL_FACTS``. Which steps apply and which facts hold after
+each are ``passkit.facts``' rules (``applies``, ``after``), the same ones the runner follows.
+The plan must end with ``compiled``.
 """
 
 from __future__ import annotations
@@ -11,26 +10,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from passkit.errors import PipelineError
+from passkit.facts import FINAL_FACT, INITIAL_FACTS, after, applies
 
 if TYPE_CHECKING:
     from passkit.pass_api import Pass
     from passkit.pipeline.model import Pipeline, Step
     from passkit.registry import Registry
 
-__all__ = ["check_contracts", "step_applies", "INITIAL_FACTS", "FINAL_FACT"]
+__all__ = ["check_contracts", "step_applies"]
 
-INITIAL_FACTS = frozenset({"captured"})
-FINAL_FACT = "compiled"
 PREFERRED_CODEGEN = "codegen.python"
 
 
 def step_applies(step: Step, pass_: Pass, *, training: bool) -> bool:
-    """Whether ``step`` runs in a training (or inference) plan."""
-    if not step.enabled:
-        return False
-    if training:
-        return step.when != "inference"
-    return step.when != "training" and not pass_.training_only
+    """Whether ``step`` runs in a training (or inference) plan (``passkit.facts.applies``)."""
+    return applies(enabled=step.enabled, when=step.when, pass_=pass_, training=training)
 
 
 def _why_skipped(step: Step, pass_: Pass) -> str:
@@ -39,16 +33,6 @@ def _why_skipped(step: Step, pass_: Pass) -> str:
     if step.when is not None:
         return f'step {step.id!r} has when = "{step.when}"'
     return f"step {step.id!r} runs only for training"
-
-
-def _passes(pipeline: Pipeline, registry: Registry) -> list[Pass]:
-    found = []
-    for step in pipeline.steps:
-        entry = registry.passes.get(step.pass_name)
-        if entry is None:
-            raise PipelineError(f"{step.location or pipeline.label}: unknown pass {step.pass_name!r}")
-        found.append(entry.pass_)
-    return found
 
 
 def _add_hint(fact: str, registry: Registry) -> str:
@@ -64,7 +48,7 @@ def check_contracts(pipeline: Pipeline, registry: Registry, *, training: bool) -
     The message names the step, its position in its file, the missing fact and what would
     produce it.
     """
-    passes = _passes(pipeline, registry)
+    passes = [step.pass_ for step in pipeline.steps]
     # Only say which plan failed when the pipeline has two.
     plan_note = " for inference" if not training and pipeline.can_train else ""
     facts = set(INITIAL_FACTS)
@@ -76,11 +60,10 @@ def check_contracts(pipeline: Pipeline, registry: Registry, *, training: bool) -
         if missing:
             fact = missing[0]
             raise PipelineError(
-                f"{step.location}: requires fact {fact!r}, "
+                f"{pipeline.where(step)}: requires fact {fact!r}, "
                 + _explain_missing(pipeline, passes, position, fact, registry, training, plan_note, invalidated_by)
             )
-        facts |= pass_.produces
-        facts -= pass_.invalidates
+        facts = after(facts, pass_, graphs_changed=False, table=registry.facts)
         for fact in pass_.produces:
             invalidated_by.pop(fact, None)
         for fact in pass_.invalidates:

@@ -114,8 +114,11 @@ def _resolve(path: Path, file: str, registry: Registry, chain: tuple[tuple[Path,
     return draft
 
 
-def load_pipeline(name_or_path: str | Path | Pipeline, *, registry: Registry | None = None) -> Pipeline:
+def load_pipeline(name_or_path: str | Path | Pipeline, *, registry: Registry) -> Pipeline:
     """Load, validate and contract-check a pipeline given by name, by path, or as a ``Pipeline``.
+
+    Every step's pass, every option that names a registered thing and every settings key is
+    resolved against ``registry``.
 
     A str without a path separator and without a ``.toml`` suffix names a registered pipeline;
     anything else is a path. The contracts are checked for the training plan when the pipeline
@@ -126,12 +129,8 @@ def load_pipeline(name_or_path: str | Path | Pipeline, *, registry: Registry | N
     """
     if isinstance(name_or_path, Pipeline):
         return name_or_path
-    if registry is None:
-        from passkit.registry import get_registry
-
-        registry = get_registry()
     path, file = _locate(name_or_path, registry, referrer=None)
     draft = _resolve(path, file, registry, ())
-    pipeline = finalize(draft, source=path)
+    pipeline = finalize(draft, source=path, settings_model=registry.settings_model)
     check_contracts(pipeline, registry, training=pipeline.can_train)
     return pipeline

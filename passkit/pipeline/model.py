@@ -25,13 +25,17 @@ from passkit.pipeline.messages import (
 )
 
 if TYPE_CHECKING:
-    from passkit.registry import Registry
+    from passkit.pass_api import Pass
 
 __all__ = ["Settings", "Step", "Pipeline", "options_json"]
 
 
 class Settings(pydantic.BaseModel):
-    """The ``[settings]`` table: how the runner runs the steps (not what they compute)."""
+    """The ``[settings]`` table: how the runner runs the steps (not what they compute).
+
+    Plugins add keys through ``passkit_register_settings``; the registry's ``settings_model``
+    is this model extended with them.
+    """
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
@@ -47,13 +51,17 @@ class Step:
 
     position: int  # 0-based index in the resolved plan
     id: str  # defaults to the pass name
-    pass_name: str
+    pass_: Pass  # resolved from the registry the file was loaded with
     options: pydantic.BaseModel  # the pass's own validated options model instance
     when: Literal["training", "inference"] | None
     enabled: bool
     origin: dict[str, str]  # "pass", "when", "enabled", each option -> file that set it
     # Where the step was written, for messages: "x.toml: steps[1] (partition.default)".
     location: str = ""
+
+    @property
+    def pass_name(self) -> str:
+        return self.pass_.name
 
 
 def options_json(options: pydantic.BaseModel) -> dict[str, Any]:
@@ -86,13 +94,17 @@ class Pipeline:
 
     @property
     def can_train(self) -> bool:
-        """Whether an enabled step builds the joint graph, so a training program can run."""
-        return any(step.enabled and step.pass_name == "joint" for step in self.steps)
+        """Whether an enabled step produces the ``joint`` fact, so a training program can run."""
+        return any(step.enabled and "joint" in step.pass_.produces for step in self.steps)
 
     @property
     def label(self) -> str:
         """What messages about the whole pipeline start with: its file, else its name."""
         return display_path(self.source) if self.source is not None else self.name
+
+    def where(self, step: Step) -> str:
+        """``<file>: steps[i] (<id>)``, naming the file and index where the step was written."""
+        return step.location or f"{self.label}: steps[{step.position}] ({step.id})"
 
     def step(self, step_id: str) -> Step:
         """The step with id ``step_id``; KeyError if none has it."""
@@ -109,7 +121,8 @@ class Pipeline:
         given = {key: value for key, value in overrides.items() if value is not None}
         if not given:
             return self
-        known = list(Settings.model_fields)
+        model = type(self.settings)
+        known = list(model.model_fields)
         for key in given:
             if key not in known:
                 hint = did_you_mean(key, known) or f"; settings are {', '.join(known)}"
@@ -117,7 +130,7 @@ class Pipeline:
         if isinstance(given.get("dump_dir"), Path):
             given["dump_dir"] = str(given["dump_dir"])
         try:
-            settings = Settings.model_validate({**self.settings.model_dump(), **given}, strict=True)
+            settings = model.model_validate({**self.settings.model_dump(), **given}, strict=True)
         except pydantic.ValidationError as exc:
             where, message = first_validation_error(exc)
             raise PipelineError(f"passkit: settings{where}: {message}") from None
@@ -137,19 +150,15 @@ class Pipeline:
             "steps": [_explain_step(step) for step in self.steps],
         }
 
-    def fingerprint(self, registry: Registry) -> str:
+    def fingerprint(self) -> str:
         """Hash of what the plan computes: each step's pass, options, ``when``, ``enabled`` and
         the pass's own fingerprint. Settings are left out: they change how steps are observed
         (dumps, verification), not the compiled result.
         """
         plan = []
         for step in self.steps:
-            try:
-                pass_fingerprint = registry.get_pass(step.pass_name).fingerprint()
-            except KeyError:
-                raise PipelineError(f"{step.location or self.label}: unknown pass {step.pass_name!r}") from None
             options = options_json(step.options)
-            plan.append([step.id, step.pass_name, step.when, step.enabled, options, pass_fingerprint])
+            plan.append([step.id, step.pass_name, step.when, step.enabled, options, step.pass_.fingerprint()])
         text = json.dumps(plan, sort_keys=True, default=repr)
         return hashlib.sha256(text.encode()).hexdigest()
 

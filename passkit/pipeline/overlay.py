@@ -139,10 +139,10 @@ def apply_file(
     draft.name = header.name or path.stem
     if header.description is not None:
         draft.description = header.description
-    _apply_settings(draft, doc.get("settings", {}), file)
+    _apply_settings(draft, doc.get("settings", {}), file, registry.settings_model)
     _apply_steps(draft, doc.get("steps", []), file, registry)
     for step_id, table in doc.get("override", {}).items():
-        _apply_override(draft, step_id, table, file)
+        _apply_override(draft, step_id, table, file, registry)
     for index, step_id in enumerate(header.disable):
         step = draft.find(step_id)
         if step is None:
@@ -152,13 +152,14 @@ def apply_file(
         step.origin["enabled"] = file
 
 
-def _apply_settings(draft: Draft, table: dict[str, Any], file: str) -> None:
+def _apply_settings(draft: Draft, table: dict[str, Any], file: str, model: type[Settings]) -> None:
+    known = tuple(model.model_fields)
     for key in table:
-        if key not in SETTINGS_KEYS:
-            raise _unknown_key(f"{file}: settings", key, SETTINGS_KEYS, "settings")
+        if key not in known:
+            raise _unknown_key(f"{file}: settings", key, known, "settings")
     merged = {**draft.settings, **table}
     try:
-        Settings.model_validate(merged, strict=True)
+        model.model_validate(merged, strict=True)
     except pydantic.ValidationError as exc:
         where, message = first_validation_error(exc)
         raise _fail(f"{file}: settings{where}: {message}") from None
@@ -167,9 +168,13 @@ def _apply_settings(draft: Draft, table: dict[str, Any], file: str) -> None:
 
 
 def validate_options(
-    pass_: Pass, values: dict[str, Any], where: str, other_keys: tuple[str, ...]
+    pass_: Pass, values: dict[str, Any], where: str, other_keys: tuple[str, ...], registry: Registry
 ) -> pydantic.BaseModel:
-    """Validate option values with the pass's own model; ``where`` prefixes each error."""
+    """Validate option values with the pass's own model; ``where`` prefixes each error.
+
+    The registry is in the validation context, so options that name registered things
+    (decomposition tables, pattern sets) are checked now, before any step runs.
+    """
     accepted = accepted_keys(pass_.options_model)
     for key in values:
         if key not in accepted:
@@ -178,7 +183,7 @@ def validate_options(
                 hint = f"; {pass_.name} takes {', '.join(accepted)}" if accepted else f"; {pass_.name} takes no options"
             raise _fail(f"{where}.{key}: unknown option{hint}")
     try:
-        return pass_.options_model.model_validate(values)
+        return pass_.options(registry=registry, **values)
     except pydantic.ValidationError as exc:
         loc, message = first_validation_error(exc)
         raise _fail(f"{where}{loc}: {message}") from None
@@ -205,7 +210,7 @@ def _apply_steps(draft: Draft, steps: list[dict[str, Any]], file: str, registry:
             loc, message = first_validation_error(exc)
             raise _fail(f"{label}{loc}: {message}") from None
         options = {key: value for key, value in raw.items() if key not in STEP_KEYS}
-        model = validate_options(entry.pass_, options, label, STEP_KEYS)
+        model = validate_options(entry.pass_, options, label, STEP_KEYS, registry)
         step_id = header.id if header.id is not None else pass_name
         if not step_id or not set(step_id) <= _ID_CHARS:
             raise _fail(f"{label}.id: use letters, digits, '.', '_' and '-' only")
@@ -284,7 +289,7 @@ def _dotted_id(prefix: str, table: Any, ids: list[str]) -> str | None:
     return None
 
 
-def _apply_override(draft: Draft, step_id: str, table: Any, file: str) -> None:
+def _apply_override(draft: Draft, step_id: str, table: Any, file: str, registry: Registry) -> None:
     where = f"{file}: override.{toml_key(step_id)}"
     step = draft.find(step_id)
     if step is None:
@@ -306,7 +311,7 @@ def _apply_override(draft: Draft, step_id: str, table: Any, file: str) -> None:
         raise _fail(f"{where}{loc}: {message}") from None
     options = {key: value for key, value in table.items() if key not in OVERRIDE_KEYS}
     merged = {**step.raw_options, **options}
-    step.options = validate_options(step.pass_, merged, where, OVERRIDE_KEYS)
+    step.options = validate_options(step.pass_, merged, where, OVERRIDE_KEYS, registry)
     step.raw_options = merged
     step.origin.update({key: file for key in options})
     if "when" in table:
@@ -317,7 +322,7 @@ def _apply_override(draft: Draft, step_id: str, table: Any, file: str) -> None:
         step.origin["enabled"] = file
 
 
-def finalize(draft: Draft, source: Path | None) -> Pipeline:
+def finalize(draft: Draft, source: Path | None, settings_model: type[Settings]) -> Pipeline:
     """Freeze a draft into a ``Pipeline``; values no file set get origin ``"<default>"``."""
     steps = []
     for position, draft_step in enumerate(draft.steps):
@@ -328,7 +333,7 @@ def finalize(draft: Draft, source: Path | None) -> Pipeline:
             Step(
                 position=position,
                 id=draft_step.id,
-                pass_name=draft_step.pass_.name,
+                pass_=draft_step.pass_,
                 options=draft_step.options,
                 when=draft_step.when,  # type: ignore[arg-type]
                 enabled=draft_step.enabled,
@@ -340,8 +345,8 @@ def finalize(draft: Draft, source: Path | None) -> Pipeline:
         name=draft.name,
         description=draft.description,
         source=source,
-        settings=Settings.model_validate(draft.settings),
-        settings_origin={key: draft.settings_origin.get(key, DEFAULT_ORIGIN) for key in SETTINGS_KEYS},
+        settings=settings_model.model_validate(draft.settings),
+        settings_origin={key: draft.settings_origin.get(key, DEFAULT_ORIGIN) for key in settings_model.model_fields},
         steps=tuple(steps),
         files=tuple(draft.files),
     )

@@ -15,6 +15,8 @@ import pluggy
 import pytest
 import torch
 
+import passkit
+
 from passkit import hookspecs
 from passkit.capture import program_from_function
 from passkit.pipeline import load_pipeline
@@ -66,9 +68,12 @@ def test_hookspecs_define_the_hooks_this_test_knows() -> None:
     # If this fails, a hook was added: document it, and give it an example test below.
     assert sorted(expected_headings()) == [
         "passkit_register_decompositions",
+        "passkit_register_facts",
         "passkit_register_passes",
         "passkit_register_pipelines",
+        "passkit_register_settings",
         "passkit_run_step",
+        "passkit_should_run_step",
     ]
 
 
@@ -131,4 +136,93 @@ def test_run_step_example_adds_a_figure_to_every_step(tmp_path: Path) -> None:
 
     ran = [record for record in report.records if record.status == "ran"]
     assert ran and all(isinstance(record.stats.get("cpu_ms"), float) for record in ran)
+    assert "compiled" in program.facts
+
+
+def test_register_facts_example_is_verified_after_every_step(tmp_path: Path) -> None:
+    plugin = example_plugin("passkit_register_facts", tmp_path)
+
+    @passkit.graph_pass("acme.double_neg", produces={"acme.no_double_neg"})
+    def double_neg(program):
+        """Claim the fact, then break it."""
+        gm = program.graphs["main"]
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        with gm.graph.inserting_before(output):
+            twice = gm.graph.call_method("neg", (gm.graph.call_method("neg", (output.args[0][0],)),))
+        output.args = ((twice, *output.args[0][1:]),)
+        gm.recompile()
+        return True
+
+    plugin.passkit_register_passes = passkit.hookimpl(lambda: [double_neg])
+    pm = manager_with(plugin)
+    registry = build_registry(pm)
+    assert registry.facts["acme.no_double_neg"].description == "no neg(neg(x)) remains"
+    path = tmp_path / "p.toml"
+    path.write_text('[settings]\nverify = "facts"\n[[steps]]\npass = "acme.double_neg"\n[[steps]]\npass = "codegen.python"\n')
+    program = program_from_function(lambda x: x.sin(), [torch.randn(3)])
+    with pytest.raises(passkit.VerificationError) as caught:
+        run_pipeline(load_pipeline(str(path), registry=registry), program, pm=pm, registry=registry)
+    assert str(caught.value) == (
+        f"{path}: steps[0] (acme.double_neg) broke fact 'acme.no_double_neg': main:neg_1 negates a negation"
+    )
+
+
+def test_a_pass_naming_an_unregistered_fact_is_refused(tmp_path: Path) -> None:
+    @passkit.graph_pass("acme.claims", produces={"acme.unknown"})
+    def claims(program):
+        """Produce a fact nobody defines."""
+        return False
+
+    plugin = types.SimpleNamespace(passkit_register_passes=passkit.hookimpl(lambda: [claims]))
+    pm = make_plugin_manager(load_entry_points=False)
+    pm.register(plugin, name="acme")
+    with pytest.raises(passkit.PluginError) as caught:
+        build_registry(pm)
+    assert str(caught.value) == (
+        "plugin 'acme' (not from an installed distribution): pass 'acme.claims' names fact 'acme.unknown', "
+        "which no plugin registers; return a passkit.Fact for it from passkit_register_facts"
+    )
+
+
+def test_register_settings_example_is_accepted_and_validated(tmp_path: Path) -> None:
+    pm = manager_with(example_plugin("passkit_register_settings", tmp_path))
+    registry = build_registry(pm)
+    good = tmp_path / "good.toml"
+    good.write_text('[pipeline]\nextends = "inference-python"\n[settings]\nacme_trace = true\n')
+    pipeline = load_pipeline(str(good), registry=registry)
+    assert pipeline.settings.acme_trace is True
+    assert pipeline.with_settings(acme_trace=False).settings.acme_trace is False
+    assert pipeline.explain()["settings"]["acme_trace"] == {"value": True, "from": str(good)}
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[pipeline]\nextends = "inference-python"\n[settings]\nacme_trace = "yes"\n')
+    with pytest.raises(passkit.PipelineError) as caught:
+        load_pipeline(str(bad), registry=registry)
+    assert str(caught.value) == f"{bad}: settings.acme_trace: Input should be a valid boolean"
+
+
+def test_a_setting_two_plugins_declare_is_refused(tmp_path: Path) -> None:
+    import pydantic
+
+    class Clash(pydantic.BaseModel):
+        verify: str = "x"
+
+    pm = make_plugin_manager(load_entry_points=False)
+    pm.register(types.SimpleNamespace(passkit_register_settings=passkit.hookimpl(lambda: Clash)), name="acme")
+    with pytest.raises(passkit.PluginError) as caught:
+        build_registry(pm)
+    assert str(caught.value) == (
+        "duplicate setting 'verify': declared by passkit and plugin 'acme' (not from an installed distribution)"
+    )
+
+
+def test_should_run_step_example_skips_a_step(tmp_path: Path) -> None:
+    pm = manager_with(example_plugin("passkit_should_run_step", tmp_path))
+    registry = build_registry(pm)
+    program = program_from_function(lambda x: x.sin() + x.sin(), [torch.randn(3)])
+
+    report = run_pipeline(load_pipeline("inference-python", registry=registry), program, pm=pm, registry=registry)
+
+    cse = next(record for record in report.records if record.id == "fx.cse")
+    assert (cse.status, cse.reason) == ("skipped", "skipped by the acme bisector")
+    assert [r.status for r in report.records if r.id != "fx.cse"] == ["ran"] * (len(report.records) - 1)
     assert "compiled" in program.facts

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import pytest
 import torch
 
 from passkit.hookspecs import hookimpl
-from passkit.instruments import dumps, timing, verify
 from passkit.pass_api import graph_pass
-from passkit.pipeline import Pipeline, Settings, Step
-from passkit.plugins import make_plugin_manager
 from passkit.program import Program
-from passkit.registry import Registry, build_registry
-from passkit import runner
 
-from tiny_programs import make_program
+from tiny_programs import Kit, make_program
 
 aten = torch.ops.aten
 
@@ -68,32 +62,9 @@ class PassesForTests:
         return [noop, add_dead, mutate, fake_functional, boom]
 
 
-class Kit:
-    """A plugin manager with the runner, the instruments and the test passes."""
-
-    def __init__(self) -> None:
-        self.pm = make_plugin_manager(load_entry_points=False, builtins=False)
-        for name, module in (("runner", runner), ("timing", timing), ("dumps", dumps), ("verify", verify)):
-            self.pm.register(module, name=name)
-        self.pm.register(PassesForTests(), name="test")
-        self.registry: Registry = build_registry(self.pm)
-
-    def pipeline(self, *pass_names: str, **settings: Any) -> Pipeline:
-        steps = tuple(
-            Step(position=i, id=name, pass_name=name, options=self.registry.get_pass(name).options(),
-                 when=None, enabled=True, origin={})
-            for i, name in enumerate(pass_names)
-        )
-        return Pipeline(name="t", description="", source=Path("t.toml"), settings=Settings(**settings),
-                        settings_origin={}, steps=steps, files=(Path("t.toml"),))
-
-    def run(self, pipeline: Pipeline, program: Program, **kwargs: Any):
-        return runner.run_pipeline(pipeline, program, pm=self.pm, registry=self.registry, **kwargs)
-
-
 @pytest.fixture
 def kit() -> Kit:
-    return Kit()
+    return Kit(PassesForTests())
 
 
 @pytest.fixture

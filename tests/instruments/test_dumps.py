@@ -51,4 +51,4 @@ def test_dump_off_writes_nothing(kit, program_factory, tmp_path) -> None:
 
 def test_table_counts_dump_files(kit, program_factory, tmp_path) -> None:
     report = kit.run(kit.pipeline("test.add_dead", dump="changed", dump_dir=str(tmp_path)), program_factory())
-    assert report.records[0].notes() == "dumps=2"
+    assert report.records[0].remarks() == "dumps=2"

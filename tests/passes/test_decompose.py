@@ -6,6 +6,8 @@ import pytest
 import torch
 
 import passkit
+from passkit.plugins import get_plugin_manager
+from passkit.registry import get_registry
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
 
@@ -49,7 +51,7 @@ def test_keep_leaves_ops_whole_in_forward_and_backward(tmp_path) -> None:
     pipeline = passkit.load_pipeline(_pipeline(tmp_path, decompose, verify="facts"))
     from passkit.runner import run_pipeline
 
-    run_pipeline(pipeline, program)
+    run_pipeline(pipeline, program, pm=get_plugin_manager(), registry=get_registry())
     ops = _ops(program)
     assert {"aten.gelu.default", "aten.gelu_backward.default", "aten._softmax.default"} <= ops
     assert "aten.t.default" not in ops  # Core ATen lowers t to permute
@@ -63,7 +65,7 @@ def test_extra_adds_ops_from_the_full_table(tmp_path) -> None:
     path = tmp_path / "inf.toml"
     path.write_text('[[steps]]\npass = "functionalize"\n\n[[steps]]\npass = "decompose"\ntables = []\n'
                     'extra = ["aten.gelu.default"]\n\n[[steps]]\npass = "codegen.python"\n\n[settings]\nverify = "facts"\n')
-    run_pipeline(passkit.load_pipeline(str(path)), program)
+    run_pipeline(passkit.load_pipeline(str(path)), program, pm=get_plugin_manager(), registry=get_registry())
     ops = _ops(program)
     assert "aten.gelu.default" not in ops and "aten.t.default" in ops
 
@@ -124,7 +126,7 @@ def test_plugins_register_decomposition_tables(tmp_path, plugin) -> None:
     path = tmp_path / "p.toml"
     path.write_text('[[steps]]\npass = "functionalize"\n\n[[steps]]\npass = "decompose"\ntables = ["test_gelu_tanh"]\n\n'
                     '[[steps]]\npass = "codegen.python"\n')
-    run_pipeline(passkit.load_pipeline(str(path)), program)
+    run_pipeline(passkit.load_pipeline(str(path)), program, pm=get_plugin_manager(), registry=get_registry())
     assert "aten.tanh.default" in _ops(program) and "aten.gelu.default" not in _ops(program)
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 from passkit.capture import program_from_function
-from passkit.facts import check_fact
+from passkit.facts import failed_checks
 from passkit.passes.functionalize import functionalize
+from passkit.registry import get_registry
 
 
 def test_mutations_become_outputs_and_signature_records() -> None:
@@ -21,8 +22,10 @@ def test_mutations_become_outputs_and_signature_records() -> None:
         fn, [torch.randn(3, requires_grad=True), torch.randn(2, 3), torch.zeros(()), torch.randn(2, 3)]
     )
     assert program.signature.outputs[1].alias_of_input == 1
+    facts = get_registry().facts
+    assert [fact for fact, _ in failed_checks(program, {"functional"}, facts)] == ["functional"]
     assert functionalize(program) is True
-    assert check_fact(program, "functional") is None
+    assert failed_checks(program, {"functional"}, facts) == []
     infos = program.signature.inputs
     assert (infos[0].mutates_data, infos[0].mutated_under_no_grad) == (True, True)
     assert (infos[1].mutates_data, infos[1].mutates_metadata) == (False, False)

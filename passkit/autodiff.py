@@ -1,0 +1,102 @@
+"""Own differentiating a functional ``main``: the joint function of primals and tangents.
+
+``make_joint_fn(JointPlan(program))`` is ``f(*primals, *tangents) -> (*outputs, *grads)``. The
+``joint`` pass traces it into a graph; numerics verification runs it on real tensors to observe
+what a functional program computes. A leaf that requires grad and is mutated under ``no_grad``
+stays the leaf in eager: later uses of its new value send their gradient to it. The joint
+function reproduces that by treating the new value as a second leaf and adding its gradient to
+the input's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Node
+
+from passkit.program import Program
+
+__all__ = ["JointPlan", "make_joint_fn"]
+
+
+def _differentiable_copy(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    return torch.empty_like(dst).copy_(src, non_blocking=non_blocking)
+
+
+# Functionalization emits these functional ops, which have no autograd formula; under autograd
+# they run as an equivalent that has one.
+_DIFFERENTIABLE_FORMS: dict[Any, Any] = {torch.ops.aten.copy.default: _differentiable_copy}
+
+
+def _differentiable_form(target: Any) -> Any:
+    return _DIFFERENTIABLE_FORMS.get(target, target)
+
+
+class _LeafInterpreter(torch.fx.Interpreter):
+    """Run main under autograd, turning chosen nodes' values into fresh autograd leaves."""
+
+    def __init__(self, gm: GraphModule, leaf_nodes: dict[Node, int]) -> None:
+        super().__init__(gm)
+        self.leaf_nodes = leaf_nodes
+        self.leaves: list[tuple[int, torch.Tensor]] = []
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        return super().call_function(_differentiable_form(target), args, kwargs)
+
+    def run_node(self, n: Node) -> Any:
+        value = super().run_node(n)
+        if n in self.leaf_nodes:
+            value = value.detach().requires_grad_(True)
+            self.leaves.append((self.leaf_nodes[n], value))
+        return value
+
+
+class JointPlan:
+    """Which outputs get tangents and which inputs get gradients, for one functional main."""
+
+    def __init__(self, program: Program) -> None:
+        self.main = program.graphs["main"]
+        self.io = program.io("main")
+        inputs = program.signature.inputs
+        self.grad_inputs = [i for i, info in enumerate(inputs) if info.requires_grad]
+        output_node = next(n for n in reversed(self.main.graph.nodes) if n.op == "output")
+        self.leaf_nodes = {
+            output_node.args[0][k]: d.index
+            for k, d in enumerate(self.io.outputs)
+            if d.kind == "mutation" and inputs[d.index].requires_grad and inputs[d.index].mutated_under_no_grad
+        }
+        with program.fake_mode, torch.enable_grad():
+            outs = _LeafInterpreter(self.main, self.leaf_nodes).run(*program.example_inputs)
+        self.diff_outputs = [
+            k
+            for k, out in enumerate(outs)
+            if isinstance(out, torch.Tensor) and out.requires_grad and out.is_floating_point()
+        ]
+        with program.fake_mode:
+            self.tangent_examples = [torch.empty_like(outs[k]) for k in self.diff_outputs]
+
+
+def make_joint_fn(plan: JointPlan) -> Any:
+    """``f(*primals, *tangents) -> (*main outputs, *grads of inputs that require grad)``."""
+    n_primals = len(plan.io.inputs)
+
+    def joint_fn(*flat: Any) -> tuple[Any, ...]:
+        primals, tangents = flat[:n_primals], flat[n_primals:]
+        interpreter = _LeafInterpreter(plan.main, plan.leaf_nodes)
+        with torch.enable_grad():
+            outs = interpreter.run(*primals)
+        wrt = [primals[i] for i in plan.grad_inputs] + [leaf for _, leaf in interpreter.leaves]
+        grads = list(
+            torch.autograd.grad(
+                [outs[k] for k in plan.diff_outputs], wrt, list(tangents), allow_unused=True
+            )
+        )
+        input_grads = grads[: len(plan.grad_inputs)]
+        for (index, _), extra in zip(interpreter.leaves, grads[len(plan.grad_inputs) :]):
+            slot = plan.grad_inputs.index(index)
+            if extra is not None:
+                input_grads[slot] = extra if input_grads[slot] is None else input_grads[slot] + extra
+        return (*outs, *input_grads)
+
+    return joint_fn
