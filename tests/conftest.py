@@ -1,2 +1,32 @@
 """Shared test helpers live beside this file (``tiny_programs.py``); pytest puts this folder on
-``sys.path`` because this conftest is here, so tests in sub-folders can import them too."""
+``sys.path`` because this conftest is here, so tests in sub-folders can import them too.
+
+Every test starts from the same process state: no inherited ``PASSKIT_*`` variables, a fresh
+process-wide plugin manager, no default ``torch.compile`` backend left by another test, the
+same working directory and torch's RNG state as before it ran.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _isolated_process_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    from passkit import api, plugins
+
+    for name in [key for key in os.environ if key.startswith("PASSKIT_")]:
+        monkeypatch.delenv(name)
+    cwd = os.getcwd()
+    rng = torch.get_rng_state()
+    plugins.reset()
+    api._DEFAULT.clear()
+    yield
+    plugins.reset()
+    api._DEFAULT.clear()
+    torch.set_rng_state(rng)
+    os.chdir(cwd)

@@ -61,6 +61,10 @@ def test_aot_module_keeps_state_dict_and_trains() -> None:
     assert compiled.state_dict().keys() == {f"mod.{k}" for k in model.state_dict()}
     x = torch.randn(4, 8)
     torch.testing.assert_close(compiled(x), model(x))
+    (compiled(x) ** 2).sum().backward()
+    (model(x) ** 2).sum().backward()
+    for (name, expected), actual in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(actual.grad, expected.grad, msg=lambda m: f"{name}: {m}")
 
 
 def test_graph_breaks_get_one_report_each() -> None:

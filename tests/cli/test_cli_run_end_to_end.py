@@ -97,3 +97,43 @@ def test_a_missing_fact_is_one_line_and_exit_2(workdir: Path) -> None:
         "order.toml: steps[1] (partition.default): requires fact 'joint', which no earlier step produces; "
         "add a 'joint' step before it"
     )
+
+
+BAD_PLUGIN = textwrap.dedent(
+    '''
+    import torch
+    import passkit
+
+    @passkit.graph_pass("planted.gelu_to_relu", requires={"partitioned"})
+    def gelu_to_relu(program):
+        """Miscompile on purpose: GELU in the forward becomes ReLU."""
+        gm = program.graphs["forward"]
+        for node in gm.graph.nodes:
+            if node.target is torch.ops.aten.gelu.default:
+                node.target, node.args, node.kwargs = torch.ops.aten.relu.default, node.args[:1], {}
+        gm.recompile()
+        return True
+
+    @passkit.hookimpl
+    def passkit_register_passes():
+        return [gelu_to_relu]
+    '''
+)
+
+
+def test_a_planted_miscompile_is_a_mismatch_and_exit_1(workdir: Path) -> None:
+    dist_info = workdir / "planted-1.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: planted\nVersion: 1.0\n")
+    (dist_info / "entry_points.txt").write_text("[passkit]\nplanted = planted_passes\n")
+    (workdir / "planted_passes.py").write_text(BAD_PLUGIN)
+    (workdir / "bad.toml").write_text(
+        '[pipeline]\nextends = "training-python"\n\n[[steps]]\npass = "planted.gelu_to_relu"\nafter = "partition.default"\n'
+    )
+    result = passkit(workdir, "run", "bad.toml", "--model", "tiny_models:tiny", "--json", "result.json")
+    assert result.returncode == 1, result.stderr
+    verdict = result.stdout.strip().splitlines()[-1]
+    assert verdict.startswith("MISMATCH: bad.toml on tiny_models:tiny (training) vs eager: outputs max |diff| ")
+    assert "; first mismatch: output[0]: max |diff| " in verdict
+    data = json.loads((workdir / "result.json").read_text())
+    assert data["ok"] is False and data["mismatches"][0].startswith("output[0]: max |diff| ")

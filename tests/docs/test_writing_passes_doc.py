@@ -108,8 +108,8 @@ def assert_output_matches(expected: list[str], actual: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The tutorial's project folder, its plugin registered as if installed; cwd while in use."""
+def project_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Any]]:
+    """The tutorial's project folder, importable, with its plugin module imported."""
     root = tmp_path_factory.mktemp("acme-passes")
     for block in doc_blocks():
         if block.path:
@@ -119,21 +119,25 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     # "Once the plugin ships the file as acme_passes/pipelines/fold.toml ..."
     (root / "acme_passes" / "pipelines").mkdir()
     (root / "acme_passes" / "pipelines" / "fold.toml").write_text((root / "fold.toml").read_text())
-    previous_cwd = os.getcwd()
     sys.path.insert(0, str(root))
     try:
         module = importlib.import_module("acme_passes")
-        plugins.reset()
-        plugins.get_plugin_manager().register_plugin(module, PLUGIN_NAME, distribution=DISTRIBUTION)
         _warm_up_tracing()
-        os.chdir(root)
-        yield root
+        yield root, module
     finally:
-        os.chdir(previous_cwd)
         sys.path.remove(str(root))
         for name in ("acme_passes", "acme_models"):
             sys.modules.pop(name, None)
-        plugins.reset()
+
+
+@pytest.fixture
+def project(project_files: tuple[Path, Any]) -> Path:
+    """The project folder as cwd, its plugin registered as if installed (for this test only:
+    the suite's isolation fixture resets the plugin manager and the cwd afterwards)."""
+    root, module = project_files
+    plugins.get_plugin_manager().register_plugin(module, PLUGIN_NAME, distribution=DISTRIBUTION)
+    os.chdir(root)
+    return root
 
 
 def _warm_up_tracing() -> None:

@@ -112,3 +112,29 @@ def test_loading_a_50_step_pipeline_is_fast(write, registry):
         load_pipeline("big.toml", registry=registry)
         best = min(best, time.perf_counter() - started)
     assert best < 0.05, f"loading 50 steps took {best * 1000:.1f} ms"
+
+
+def test_a_plugins_own_joint_pass_makes_a_pipeline_trainable(tmp_path) -> None:
+    import types
+
+    import passkit
+    from passkit.pipeline import load_pipeline
+    from passkit.plugins import make_plugin_manager
+    from passkit.registry import build_registry
+
+    @passkit.graph_pass("acme.joint", requires={"functional"}, produces={"joint"}, training_only=True)
+    def acme_joint(program) -> bool:
+        """A team's own joint graph builder."""
+        return False
+
+    pm = make_plugin_manager(load_entry_points=False)
+    pm.register(types.SimpleNamespace(passkit_register_passes=passkit.hookimpl(lambda: [acme_joint])), name="acme")
+    registry = build_registry(pm)
+    path = tmp_path / "acme.toml"
+    path.write_text(
+        '[pipeline]\nextends = "training-python"\ndisable = ["joint"]\n\n'
+        '[[steps]]\npass = "acme.joint"\nafter = "joint"\n'
+    )
+    pipeline = load_pipeline(str(path), registry=registry)
+    assert pipeline.can_train
+    assert [s.pass_name for s in pipeline.steps if s.enabled][2] == "acme.joint"

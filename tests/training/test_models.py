@@ -8,17 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-import passkit
 from passkit.examples.transformer import MLP, Block
 
-ENTRIES = ("compile", "aot_module")
-
-
-def compiled_module(entry: str, module: nn.Module, pipeline: str = "training") -> nn.Module:
-    torch._dynamo.reset()
-    if entry == "compile":
-        return passkit.compile(module, pipeline=pipeline)
-    return passkit.aot_module(module, pipeline=pipeline)
+from training_harness import ENTRIES, assert_compiled, compiled_with
 
 
 class ConvBN(nn.Module):
@@ -51,7 +43,7 @@ def assert_trains_like_eager(make: type[nn.Module], x: torch.Tensor, entry: str,
     twin = copy.deepcopy(eager)
     eager.train(train)
     twin.train(train)
-    compiled = compiled_module(entry, twin)
+    compiled = compiled_with(entry, twin)
     expected = _train_steps(eager, eager, x, steps)
     actual = _train_steps(twin, compiled, x, steps)
     for step, (e, a) in enumerate(zip(expected, actual)):
@@ -61,6 +53,7 @@ def assert_trains_like_eager(make: type[nn.Module], x: torch.Tensor, entry: str,
         torch.testing.assert_close(p_a, p_e, rtol=1e-5, atol=1e-5, msg=lambda m: f"param {name}: {m}")
     for (name, b_e), b_a in zip(eager.named_buffers(), twin.buffers()):
         torch.testing.assert_close(b_a, b_e, rtol=1e-5, atol=1e-5, msg=lambda m: f"buffer {name}: {m}")
+    assert_compiled(compiled)
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
@@ -85,7 +78,7 @@ def test_conv_batchnorm_running_stats_match_after_two_steps(entry: str, train: b
 def test_inference_under_no_grad_skips_joint_and_partition(entry: str) -> None:
     torch.manual_seed(0)
     model = ConvBN().eval()
-    compiled = compiled_module(entry, copy.deepcopy(model))
+    compiled = compiled_with(entry, copy.deepcopy(model))
     x = torch.randn(2, 3, 6, 6)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x))
@@ -97,7 +90,7 @@ def test_inference_under_no_grad_skips_joint_and_partition(entry: str) -> None:
 def test_later_calls_reuse_the_compiled_artifact() -> None:
     torch.manual_seed(0)
     model = MLP(16, 32)
-    compiled = compiled_module("compile", model)
+    compiled = compiled_with("compile", model)
     for _ in range(3):
         compiled(torch.randn(8, 16)).sum().backward()
     assert len(compiled.passkit_reports) == 1

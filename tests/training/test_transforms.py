@@ -12,17 +12,15 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint
 
 import passkit
 
+from training_harness import ENTRIES, assert_compiled, compiled_with
+
 
 @pytest.fixture(autouse=True)
 def fresh_dynamo() -> None:
     torch._dynamo.reset()
 
 
-def _compile(entry: str, fn, pipeline: str = "training"):
-    return passkit.compile(fn, pipeline=pipeline) if entry == "compile" else passkit.aot_function(fn, pipeline=pipeline)
-
-
-@pytest.mark.parametrize("entry", ["compile", "aot_function"])
+@pytest.mark.parametrize("entry", ENTRIES)
 def test_per_sample_gradients_with_vmap_of_grad(entry: str) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 1))
@@ -36,20 +34,24 @@ def test_per_sample_gradients_with_vmap_of_grad(entry: str) -> None:
 
     x, y = torch.randn(6, 5), torch.randn(6, 1)
     expected = per_sample(params, x, y)
-    actual = _compile(entry, per_sample)(params, x, y)
+    compiled = compiled_with(entry, per_sample)
+    actual = compiled(params, x, y)
     assert expected.keys() == actual.keys()
     for key in expected:
         torch.testing.assert_close(actual[key], expected[key], rtol=1e-5, atol=1e-6)
+    assert_compiled(compiled)
 
 
-@pytest.mark.parametrize("entry", ["compile", "aot_function"])
+@pytest.mark.parametrize("entry", ENTRIES)
 def test_jacobian_with_jacrev(entry: str) -> None:
     def jacobian(w, x):
         return jacrev(lambda v: (w @ v).sin())(x)
 
     torch.manual_seed(0)
     w, x = torch.randn(3, 4), torch.randn(4)
-    torch.testing.assert_close(_compile(entry, jacobian)(w, x), jacobian(w, x))
+    compiled = compiled_with(entry, jacobian)
+    torch.testing.assert_close(compiled(w, x), jacobian(w, x))
+    assert_compiled(compiled)
 
 
 class Checkpointed(nn.Module):
@@ -71,14 +73,14 @@ def _train_once(module: nn.Module, runner, x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize("pipeline", ["training", "torch-min-cut"])
+@pytest.mark.parametrize("pipeline", ["training-python", "torch-min-cut"])
 def test_checkpointed_model_gradients_match_eager(pipeline: str, tmp_path) -> None:
     torch.manual_seed(0)
     eager = Checkpointed()
     twin = copy.deepcopy(eager)
     if pipeline == "torch-min-cut":
         path = tmp_path / "min_cut.toml"
-        path.write_text('[pipeline]\nname = "min-cut"\nextends = "training"\n\n[override."partition.default"]\nenabled = false\n\n'
+        path.write_text('[pipeline]\nname = "min-cut"\nextends = "training-python"\n\n[override."partition.default"]\nenabled = false\n\n'
                         '[[steps]]\npass = "partition.torch_min_cut"\nafter = "partition.default"\n')
         pipeline = str(path)
     compiled = passkit.compile(twin, pipeline=pipeline)
@@ -86,17 +88,18 @@ def test_checkpointed_model_gradients_match_eager(pipeline: str, tmp_path) -> No
     torch.testing.assert_close(_train_once(twin, compiled, x), _train_once(eager, eager, x))
     for p_eager, p_twin in zip(eager.parameters(), twin.parameters()):
         torch.testing.assert_close(p_twin.grad, p_eager.grad)
+    assert_compiled(compiled)
 
 
 def test_recompute_tags_reach_the_partitioner_and_min_cut_honours_them(tmp_path) -> None:
     torch.manual_seed(0)
     model = Checkpointed()
     path = tmp_path / "min_cut.toml"
-    path.write_text('[pipeline]\nname = "min-cut"\nextends = "training"\n\n[override."partition.default"]\nenabled = false\n\n'
+    path.write_text('[pipeline]\nname = "min-cut"\nextends = "training-python"\n\n[override."partition.default"]\nenabled = false\n\n'
                     '[[steps]]\npass = "partition.torch_min_cut"\nafter = "partition.default"\n')
     x = torch.randn(4, 16)
     saved = {}
-    for name, pipeline in (("default", "training"), ("min_cut", str(path))):
+    for name, pipeline in (("default", "training-python"), ("min_cut", str(path))):
         torch._dynamo.reset()
         compiled = passkit.compile(copy.deepcopy(model), pipeline=pipeline)
         _train_once(model, compiled, x)
@@ -110,14 +113,14 @@ def test_recompute_tags_reach_the_partitioner_and_min_cut_honours_them(tmp_path)
 
 
 def test_a_transformers_gpt2_model_trains_like_eager() -> None:
-    transformers = pytest.importorskip("transformers")
+    import transformers  # in the dev extra: a missing install must fail, not skip
     config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=16,
                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     torch.manual_seed(0)
     eager = transformers.GPT2LMHeadModel(config).train()
     eager.config._attn_implementation = "eager"
     twin = copy.deepcopy(eager)
-    compiled = passkit.compile(twin)
+    compiled = passkit.compile(twin, pipeline="training-python")
     ids = torch.randint(0, 64, (2, 8))
     expected = eager(input_ids=ids, labels=ids)
     actual = compiled(input_ids=ids, labels=ids)
@@ -126,3 +129,4 @@ def test_a_transformers_gpt2_model_trains_like_eager() -> None:
     actual.loss.backward()
     for (name, p_eager), p_twin in zip(eager.named_parameters(), twin.parameters()):
         torch.testing.assert_close(p_twin.grad, p_eager.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+    assert_compiled(compiled)

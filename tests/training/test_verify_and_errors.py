@@ -114,3 +114,32 @@ def test_on_error_eager_warns_once_and_runs_uncompiled(tmp_path, register_passki
         torch.testing.assert_close(eager(x), x.cos())
         torch.testing.assert_close(eager(x + 1), (x + 1).cos())
     assert len(warned) == 1
+
+
+@graph_pass("test.drop_grad", requires={"partitioned"})
+def drop_grad(program) -> bool:
+    """Miscompile on purpose: the backward returns None for its first gradient."""
+    gm = program.graphs["backward"]
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    output.args = ((None, *output.args[0][1:]),)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return True
+
+
+class _DropGradPlugin:
+    @hookimpl
+    def passkit_register_passes(self):
+        return [drop_grad]
+
+
+def test_a_pass_that_drops_a_gradient_fails_numerics_verification(tmp_path, register_passkit_plugin) -> None:
+    register_passkit_plugin(_DropGradPlugin(), name="test-drop-grad")
+    pipeline = _pipeline(tmp_path, '[[steps]]\npass = "test.drop_grad"\nafter = "partition.default"\n')
+    compiled = passkit.aot_function(lambda x, w: (x * w).sum(-1), pipeline=pipeline)
+    with pytest.raises(passkit.VerificationError) as info:
+        compiled(torch.full((3, 4), 2.0), torch.full((4,), 3.0, requires_grad=True))
+    assert str(info.value) == (
+        f"{pipeline}: steps[0] (test.drop_grad) changed numerics: "
+        "tensor (4,) torch.float32 vs None in grad[0] of graph backward"
+    )

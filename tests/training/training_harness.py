@@ -1,4 +1,10 @@
-"""Run a function eagerly and through passkit, and compare everything a user can observe."""
+"""Run a function or module eagerly and through passkit, and compare everything a user can observe.
+
+``compiled_with`` is the one way tests pick an entry point: ``passkit.compile``, plain
+``torch.compile`` with a passkit backend, or the ``make_fx`` path (``aot_function`` /
+``aot_module``). ``assert_compiled`` fails when passkit compiled nothing, so a silent eager
+fallback never passes for a compiled run.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +15,32 @@ import torch.utils._pytree as pytree
 
 import passkit
 
-ENTRIES = ("compile", "aot_function")
+ENTRIES = ("compile", "torch.compile", "aot")
+PIPELINE = "training-python"
 
 
-def compiled_with(entry: str, fn: Callable[..., Any], pipeline: str = "training", **settings: Any) -> Callable[..., Any]:
+def compiled_with(entry: str, target: Any, pipeline: str = PIPELINE, **settings: Any) -> Any:
+    """``target`` (a function or module) compiled through ``entry``; it has ``passkit_reports``."""
+    torch._dynamo.reset()
     if entry == "compile":
-        return passkit.compile(fn, pipeline=pipeline, **settings)
-    return passkit.aot_function(fn, pipeline=pipeline, **settings)
+        return passkit.compile(target, pipeline=pipeline, **settings)
+    if entry == "torch.compile":
+        backend = passkit.backend(pipeline, **settings)
+        compiled = torch.compile(target, backend=backend)
+        compiled.passkit_reports = backend.reports
+        return compiled
+    if isinstance(target, torch.nn.Module):
+        return passkit.aot_module(target, pipeline=pipeline, **settings)
+    return passkit.aot_function(target, pipeline=pipeline, **settings)
+
+
+def assert_compiled(compiled: Any) -> None:
+    """passkit compiled at least one graph, and every compile ran a codegen step."""
+    reports = compiled.passkit_reports
+    assert reports, "passkit compiled nothing: the program ran eagerly"
+    for report in reports:
+        ran = [r.pass_name for r in report.records if r.status == "ran"]
+        assert any(name.startswith("codegen.") for name in ran), f"no codegen step ran: {ran}"
 
 
 def _loss(out: Any) -> torch.Tensor:
@@ -52,7 +77,7 @@ def run_and_compare(
     *,
     steps: int = 1,
     backward: bool = True,
-    pipeline: str = "training",
+    pipeline: str = PIPELINE,
     compiled_fn: Callable[..., Any] | None = None,
 ) -> tuple[list[Any], list[Any]]:
     """Call eager and compiled ``steps`` times on twin inputs; compare outputs, grads, inputs."""
@@ -77,4 +102,5 @@ def run_and_compare(
                     torch.testing.assert_close(a.grad, e.grad, msg=lambda m: f"step {step} grad of input {i}: {m}")
                 elif leaf_e is not None:
                     assert a.grad is None, f"step {step} input {i}: unexpected grad"
+    assert_compiled(compiled)
     return eager_inputs, compiled_inputs

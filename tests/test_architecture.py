@@ -1,0 +1,58 @@
+"""The layers of docs/architecture.md hold: import-linter's contracts pass, and only
+``passkit/_torch.py`` names torch's private modules (import-linter cannot express that one)."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "passkit"
+PRIVATE_ROOTS = ("torch._", "torch.fx.experimental.proxy_tensor", "torch.utils._pytree")
+
+
+def _private_names(path: Path) -> list[str]:
+    """Every ``torch._x`` a module imports or reaches as an attribute, with its line."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
+            names = [f"torch.{node.attr}"]
+        found += [f"{path.relative_to(REPO)}:{node.lineno} {name}" for name in names if name.startswith(PRIVATE_ROOTS)]
+    return found
+
+
+def test_only_the_torch_bridge_names_private_torch() -> None:
+    offenders = [hit for path in sorted(PACKAGE.rglob("*.py")) if path.name != "_torch.py" for hit in _private_names(path)]
+    assert offenders == []
+
+
+def test_the_private_torch_check_finds_a_private_import(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("import torch\nfrom torch._subclasses import FakeTensor\nx = torch._C._set_grad_enabled\n")
+    assert [hit.split(" ", 1)[1] for hit in _private_names_in(module, tmp_path)] == [
+        "torch._subclasses", "torch._subclasses.FakeTensor", "torch._C",
+    ]
+
+
+def _private_names_in(path: Path, root: Path) -> list[str]:
+    global REPO
+    saved, REPO = REPO, root
+    try:
+        return _private_names(path)
+    finally:
+        REPO = saved
+
+
+def test_import_layers_are_kept() -> None:
+    lint = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
+    result = subprocess.run([lint, "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "Contracts: 3 kept, 0 broken." in result.stdout
