@@ -54,8 +54,17 @@ def _user_cotangents(program: Program, outputs: Sequence[Any]) -> list[Any]:
 
 
 def observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
-    """Run the program's current graphs (whatever stage they are at) on copies of the inputs."""
-    torch.manual_seed(0)
+    """Run the program's current graphs (whatever stage they are at) on copies of the inputs.
+
+    Random ops draw from a fixed seed, so every stage draws the same numbers; the caller's RNG
+    state is restored afterwards, so verification never changes what the user's program draws.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return _observe(program, real_inputs)
+
+
+def _observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
     clones, leaves = _clone_inputs(real_inputs)
     graphs = program.graphs
     if "forward" in graphs:

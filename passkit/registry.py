@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import pluggy
 
 import pydantic
 
@@ -21,7 +20,7 @@ from passkit.errors import PluginError
 from passkit.facts import Fact
 from passkit.pass_api import Pass
 from passkit.pipeline.model import Settings
-from passkit.plugins import describe_plugin, get_plugin_manager
+from passkit.plugins import PasskitPluginManager, describe_plugin, get_plugin_manager
 
 __all__ = ["PassEntry", "Registry", "build_registry", "get_registry"]
 
@@ -58,7 +57,7 @@ class Registry:
         return [name for name, entry in self.passes.items() if fact in entry.pass_.produces]
 
 
-_cached: tuple[pluggy.PluginManager, frozenset[int], Registry] | None = None
+_cached: tuple[PasskitPluginManager, frozenset[int], Registry] | None = None
 
 
 def get_registry() -> Registry:
@@ -75,13 +74,13 @@ def get_registry() -> Registry:
     return _cached[2]
 
 
-def build_registry(pm: pluggy.PluginManager) -> Registry:
+def build_registry(pm: PasskitPluginManager) -> Registry:
     """Collect passes, decomposition tables and pipeline files from every plugin of ``pm``.
 
     Raises:
         PluginError: a duplicate name, or a record that is not what the hook promises.
     """
-    registry = Registry(failed_plugins=dict(getattr(pm, "failed_plugins", {})))
+    registry = Registry(failed_plugins=dict(pm.failed_plugins))
     for plugin_name, facts in _results(pm, registry, "passkit_register_facts"):
         for fact in _as_list(pm, plugin_name, "passkit_register_facts", facts, "facts"):
             _add_fact(pm, registry, plugin_name, fact)
@@ -102,7 +101,7 @@ def build_registry(pm: pluggy.PluginManager) -> Registry:
     return registry
 
 
-def _add_fact(pm: pluggy.PluginManager, registry: Registry, plugin_name: str, fact: Any) -> None:
+def _add_fact(pm: PasskitPluginManager, registry: Registry, plugin_name: str, fact: Any) -> None:
     who = describe_plugin(pm, plugin_name)
     if not isinstance(fact, Fact):
         raise PluginError(f"{who}: passkit_register_facts returned {_describe_value(fact)}, not a passkit.Fact")
@@ -113,7 +112,7 @@ def _add_fact(pm: pluggy.PluginManager, registry: Registry, plugin_name: str, fa
     registry.providers[key] = who
 
 
-def _check_pass_facts(pm: pluggy.PluginManager, registry: Registry, plugin_name: str, pass_: Pass) -> None:
+def _check_pass_facts(pm: PasskitPluginManager, registry: Registry, plugin_name: str, pass_: Pass) -> None:
     for fact in sorted(pass_.requires | pass_.produces | pass_.invalidates):
         if fact not in registry.facts:
             raise PluginError(
@@ -123,7 +122,7 @@ def _check_pass_facts(pm: pluggy.PluginManager, registry: Registry, plugin_name:
 
 
 def _add_settings(
-    pm: pluggy.PluginManager, registry: Registry, plugin_name: str, model: Any, fields: dict[str, Any]
+    pm: PasskitPluginManager, registry: Registry, plugin_name: str, model: Any, fields: dict[str, Any]
 ) -> None:
     who = describe_plugin(pm, plugin_name)
     if not (isinstance(model, type) and issubclass(model, pydantic.BaseModel)):
@@ -137,7 +136,7 @@ def _add_settings(
         fields[key] = (info.annotation, info)
         registry.providers[f"setting:{key}"] = who
 
-def _results(pm: pluggy.PluginManager, registry: Registry, hook_name: str) -> list[tuple[str, Any]]:
+def _results(pm: PasskitPluginManager, registry: Registry, hook_name: str) -> list[tuple[str, Any]]:
     """Call each plugin's implementation of a register hook, oldest registration first."""
     results = []
     for impl in getattr(pm.hook, hook_name).get_hookimpls():
@@ -163,7 +162,7 @@ def _describe_value(value: Any) -> str:
     return f"{text} ({type(value).__name__})"
 
 
-def _as_list(pm: pluggy.PluginManager, plugin_name: str, hook_name: str, value: Any, what: str) -> list:
+def _as_list(pm: PasskitPluginManager, plugin_name: str, hook_name: str, value: Any, what: str) -> list:
     if isinstance(value, (list, tuple)):
         return list(value)
     raise PluginError(
@@ -171,7 +170,7 @@ def _as_list(pm: pluggy.PluginManager, plugin_name: str, hook_name: str, value: 
     )
 
 
-def _as_mapping(pm: pluggy.PluginManager, plugin_name: str, value: Any) -> dict:
+def _as_mapping(pm: PasskitPluginManager, plugin_name: str, value: Any) -> dict:
     if isinstance(value, dict):
         return value
     raise PluginError(
@@ -180,11 +179,11 @@ def _as_mapping(pm: pluggy.PluginManager, plugin_name: str, value: Any) -> dict:
     )
 
 
-def _distribution(pm: pluggy.PluginManager, plugin_name: str) -> tuple[str, str]:
-    return getattr(pm, "distributions", {}).get(plugin_name, ("", ""))
+def _distribution(pm: PasskitPluginManager, plugin_name: str) -> tuple[str, str]:
+    return pm.distributions.get(plugin_name, ("", ""))
 
 
-def _add_pass(pm: pluggy.PluginManager, registry: Registry, plugin_name: str, record: Any) -> None:
+def _add_pass(pm: PasskitPluginManager, registry: Registry, plugin_name: str, record: Any) -> None:
     if not isinstance(record, Pass):
         raise PluginError(
             f"{describe_plugin(pm, plugin_name)}: passkit_register_passes returned "
@@ -201,7 +200,7 @@ def _add_pass(pm: pluggy.PluginManager, registry: Registry, plugin_name: str, re
     registry.passes[record.name] = PassEntry(record, plugin_name, dist_name, version)
 
 
-def _add_table(pm: pluggy.PluginManager, registry: Registry, plugin_name: str, table_name: Any, factory: Any) -> None:
+def _add_table(pm: PasskitPluginManager, registry: Registry, plugin_name: str, table_name: Any, factory: Any) -> None:
     who = describe_plugin(pm, plugin_name)
     if not isinstance(table_name, str) or not callable(factory):
         raise PluginError(
@@ -217,7 +216,7 @@ def _add_table(pm: pluggy.PluginManager, registry: Registry, plugin_name: str, t
     registry.providers[key] = who
 
 
-def _add_pipeline(pm: pluggy.PluginManager, registry: Registry, plugin_name: str, path: Any) -> None:
+def _add_pipeline(pm: PasskitPluginManager, registry: Registry, plugin_name: str, path: Any) -> None:
     who = describe_plugin(pm, plugin_name)
     if not isinstance(path, (str, Path)) or not str(path).endswith(".toml"):
         raise PluginError(

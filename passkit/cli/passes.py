@@ -70,7 +70,7 @@ def _type_name(annotation: Any, fallback: str) -> str:
 def _provider(entry: PassEntry) -> str:
     if not entry.distribution:
         return f"plugin {entry.plugin}"
-    version = getattr(entry, "distribution_version", "")
+    version = entry.distribution_version
     return f"plugin {entry.plugin}, {entry.distribution}" + (f" {version}" if version else "")
 
 

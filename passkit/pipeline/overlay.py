@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Draft", "DraftStep", "check_top_level", "read_header", "apply_file", "finalize"]
 
+HeaderT = TypeVar("HeaderT", bound=pydantic.BaseModel)
 _ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
@@ -189,6 +190,18 @@ def validate_options(
         raise _fail(f"{where}{loc}: {message}") from None
 
 
+def _split_header(
+    model: type[HeaderT], keys: tuple[str, ...], raw: dict[str, Any], where: str
+) -> tuple[HeaderT, dict[str, Any]]:
+    """Validate a table's envelope keys with ``model``; the other keys are the pass's options."""
+    try:
+        header = model.model_validate({key: raw[key] for key in keys if key in raw})
+    except pydantic.ValidationError as exc:
+        loc, message = first_validation_error(exc)
+        raise _fail(f"{where}{loc}: {message}") from None
+    return header, {key: value for key, value in raw.items() if key not in keys}
+
+
 def _apply_steps(draft: Draft, steps: list[dict[str, Any]], file: str, registry: Registry) -> None:
     last_after: dict[str, str] = {}  # anchor id -> id last inserted after it, to keep file order
     for index, raw in enumerate(steps):
@@ -204,12 +217,7 @@ def _apply_steps(draft: Draft, steps: list[dict[str, Any]], file: str, registry:
         if entry is None:
             raise _fail(f"{where}: unknown pass {pass_name!r}{_unknown_pass_hint(pass_name, registry)}")
         label = f"{where} ({pass_name})"
-        try:
-            header = StepHeader.model_validate({key: raw[key] for key in STEP_KEYS if key in raw})
-        except pydantic.ValidationError as exc:
-            loc, message = first_validation_error(exc)
-            raise _fail(f"{label}{loc}: {message}") from None
-        options = {key: value for key, value in raw.items() if key not in STEP_KEYS}
+        header, options = _split_header(StepHeader, STEP_KEYS, raw, label)
         model = validate_options(entry.pass_, options, label, STEP_KEYS, registry)
         step_id = header.id if header.id is not None else pass_name
         if not step_id or not set(step_id) <= _ID_CHARS:
@@ -304,12 +312,7 @@ def _apply_override(draft: Draft, step_id: str, table: Any, file: str, registry:
     for key in FIXED_STEP_KEYS:
         if key in table:
             raise _fail(f"{where}.{key}: cannot be overridden; disable the step and add a new one")
-    try:
-        header = OverrideHeader.model_validate({key: table[key] for key in OVERRIDE_KEYS if key in table})
-    except pydantic.ValidationError as exc:
-        loc, message = first_validation_error(exc)
-        raise _fail(f"{where}{loc}: {message}") from None
-    options = {key: value for key, value in table.items() if key not in OVERRIDE_KEYS}
+    header, options = _split_header(OverrideHeader, OVERRIDE_KEYS, table, where)
     merged = {**step.raw_options, **options}
     step.options = validate_options(step.pass_, merged, where, OVERRIDE_KEYS, registry)
     step.raw_options = merged

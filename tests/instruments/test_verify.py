@@ -66,3 +66,17 @@ def test_numerics_compare_runs_after_each_step_and_only_with_numerics(kit, progr
     assert reference.calls == 2
     kit.run(kit.pipeline("test.noop", "test.noop", verify="facts"), program_factory(), reference=reference)
     assert reference.calls == 2
+
+
+def test_numerics_verification_leaves_the_callers_random_state_alone() -> None:
+    import torch
+
+    import passkit
+
+    x = torch.ones(4, requires_grad=True)
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+    compiled = passkit.aot_function(lambda x: x.sin() * 2, pipeline="training-python", verify="numerics")
+    compiled(x).sum().backward()
+    assert torch.equal(torch.rand(3), expected_next)
