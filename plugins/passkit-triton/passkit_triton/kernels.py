@@ -10,7 +10,8 @@ Values are ``[BLOCK_M, BLOCK_N]`` blocks (``full``) or ``[BLOCK_M, 1]`` blocks (
 ``flat``). A reduction kernel holds whole rows (``BLOCK_N >= N``, one column program), masks the
 padding with the reduction's neutral element, and reduces along axis 1. Outputs are written
 contiguously. Arithmetic on 16-bit floats runs in float32; ``dtype_policy = "keep"`` rounds each
-op's result to its own dtype as eager does, ``"fp32"`` rounds only what is stored. bfloat16 is
+op's result to its own dtype as eager does, ``"fp32"`` rounds only what is stored and explicit
+casts (``x.to(torch.bfloat16)``), which are the program's meaning. bfloat16 is
 rounded by ``_round_to_bf16`` (nearest, ties to even), so interpreted and compiled kernels agree.
 """
 
@@ -23,7 +24,7 @@ from typing import Any, Literal
 import torch
 from torch.fx import GraphModule, Node
 
-from passkit_triton.ops import REDUCTIONS, literal, triton_expression
+from passkit_triton.ops import REDUCTIONS, family_of, literal, triton_expression
 
 __all__ = ["InputLoad", "KernelSpec", "kernel_spec"]
 
@@ -104,11 +105,13 @@ class _Writer:
     def emit(self, line: str) -> None:
         self.lines.append("    " + line)
 
-    def rounded(self, text: str, dtype: torch.dtype) -> str:
+    def rounded(self, text: str, dtype: torch.dtype, *, explicit: bool = False) -> str:
+        # An explicit cast to a 16-bit float rounds under either policy: it is the program's meaning.
+        keep = self.policy == "keep" or explicit
         cast = f"({text}).to({_compute_type(dtype)})"
-        if self.policy == "keep" and dtype == torch.bfloat16:
+        if keep and dtype == torch.bfloat16:
             cast = f"_round_to_bf16(({text}).to(tl.float32))"
-        elif self.policy == "keep" and dtype == torch.float16:
+        elif keep and dtype == torch.float16:
             cast = f"({text}).to(tl.float16).to(tl.float32)"
         return cast
 
@@ -139,7 +142,8 @@ class _Writer:
         args = [self.operand(arg, kind) for arg in node.args]
         text = triton_expression(node, args)
         self.names[node] = name = self.fresh()
-        self.emit(f"{name} = {self.rounded(text, _value_dtype(node))}  # {node.target}")
+        explicit = family_of(node) == "cast"
+        self.emit(f"{name} = {self.rounded(text, _value_dtype(node), explicit=explicit)}  # {node.target}")
 
     def reduction(self, node: Node) -> None:
         self.has_reduction = True

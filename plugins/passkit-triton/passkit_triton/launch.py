@@ -12,7 +12,7 @@ shape is chosen per (rows, columns) size class: by timing every candidate once o
 call when ``autotune`` is on, otherwise the first candidate, and then remembered.
 
 When a region cannot run as a kernel (CPU tensors without ``TRITON_INTERPRET=1``, rows longer
-than ``max_row``, 2**31 or more elements) its ATen submodule runs instead, and
+than ``max_row``, a tensor spanning 2**31 or more elements) its ATen submodule runs instead, and
 ``fallbacks`` counts it, so the result is always right.
 """
 
@@ -75,6 +75,11 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def _span(tensor: torch.Tensor) -> int:
+    """How many elements past its first one a tensor reaches: offsets are 32-bit in the kernel."""
+    return sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()) if size > 0) + 1
+
+
 @dataclass(frozen=True)
 class Config:
     block_m: int
@@ -128,7 +133,7 @@ class RegionLauncher:
             return False
         if any(t.device != device for t in tensors):
             return False
-        if elements >= _INT32_LIMIT or any(t.numel() >= _INT32_LIMIT for t in tensors):
+        if elements >= _INT32_LIMIT or any(_span(t) >= _INT32_LIMIT for t in tensors):
             return False
         return not (self.spec.has_reduction and next_power_of_2(columns) > self.max_row)
 

@@ -198,3 +198,12 @@ def test_a_cross_entropy_loss_matches_eager(triton_compile) -> None:
     logits, target = torch.randn(12, 30), torch.randint(0, 30, (12,))
     program = triton_compile(loss, logits, target)
     assert_close(program.compiled["main"](logits, target)[0], loss(logits, target))
+
+
+def test_an_explicit_cast_rounds_under_the_fp32_policy(triton_compile) -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return (x * 1.003).to(torch.bfloat16).float() * 1.003
+
+    x = torch.randn(32, 32)
+    program = triton_compile(fn, x, dtype_policy="fp32")
+    torch.testing.assert_close(program.compiled["main"](x)[0], fn(x), rtol=0, atol=0)
