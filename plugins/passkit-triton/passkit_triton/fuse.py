@@ -30,7 +30,7 @@ from torch.fx import Graph, GraphModule, Node
 import passkit
 from passkit_triton.ops import FAMILIES, REDUCTIONS, family_of
 
-__all__ = ["FuseOptions", "Region", "fuse_regions", "shape_key"]
+__all__ = ["FUSED", "FuseOptions", "Region", "check_fused", "fuse_regions", "shape_key"]
 
 Kind = Literal["full", "row", "flat"]
 
@@ -291,6 +291,22 @@ def fuse_graph(gm: GraphModule, options: FuseOptions, prefix: str) -> list[dict[
     gm.graph.lint()
     gm.recompile()
     return records
+
+
+def check_fused(program: passkit.Program) -> str | None:
+    """The ``fused`` fact's checker: every region is a submodule of fusible ops only."""
+    for graph_name, gm in program.graphs.items():
+        for node in gm.graph.nodes:
+            if node.op != "call_module" or "fusion_region" not in node.meta:
+                continue
+            sub = gm.get_submodule(node.target)
+            for inner in sub.graph.nodes:
+                if inner.op == "call_function" and inner.target is not operator.getitem and family_of(inner) is None:
+                    return f"{graph_name}:{node.name} holds {inner.target}, which may not fuse"
+    return None
+
+
+FUSED = passkit.Fact("fused", "pointwise ops and last-dim reductions are grouped in fusion-region submodules", check=check_fused)
 
 
 @passkit.graph_pass("fuse.regions", requires={"functional"}, produces={"fused"}, options=FuseOptions)
