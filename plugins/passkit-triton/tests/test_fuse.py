@@ -15,6 +15,7 @@ from conftest import pipeline_options
 import passkit
 from passkit.testing import assert_pass_preserves_numerics
 from passkit_triton import fuse_regions
+from passkit_triton.fuse import check_fused
 
 
 def regions(program, graph: str = "main") -> list[dict]:
@@ -159,3 +160,15 @@ def test_bad_families_fail_when_the_file_loads(tmp_path, monkeypatch) -> None:
     assert str(raised.value) == (
         "bad.toml: override.\"fuse.regions\".families[0]: Input should be 'arithmetic', 'transcendental', 'comparison', 'cast' or 'reduction'"
     )
+
+
+def test_the_fused_fact_checker_names_a_region_holding_an_op_that_may_not_fuse(decomposed) -> None:
+    program = decomposed(lambda x: (x * 2).exp() + 1, torch.randn(4, 4))
+    fuse_regions(program)
+    assert check_fused(program) is None
+
+    (call,) = [n for n in program.graphs["main"].graph.nodes if n.op == "call_module"]
+    sub = program.graphs["main"].get_submodule(call.target)
+    (exp,) = [n for n in sub.graph.nodes if n.target is torch.ops.aten.exp.default]
+    exp.target = torch.ops.aten.cumsum.default  # as if a buggy pass had rewritten it
+    assert check_fused(program) == f"main:{call.name} holds aten.cumsum.default, which may not fuse"

@@ -115,3 +115,16 @@ def test_symbolic_sizes_are_kernel_arguments() -> None:
         out = program.compiled["main"](x, w)
         out = out[0] if isinstance(out, (tuple, list)) else out
         torch.testing.assert_close(out, fn(x, w), rtol=1e-5, atol=1e-6)
+
+
+def test_codegen_without_fusion_is_refused_when_the_file_loads(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nofuse.toml").write_text(
+        '[pipeline]\nextends = "inference-python"\ndisable = ["codegen.python"]\n\n[[steps]]\npass = "codegen.triton"\n'
+    )
+    with pytest.raises(passkit.PipelineError) as raised:
+        passkit.load_pipeline("nofuse.toml")
+    assert str(raised.value) == (
+        "nofuse.toml: steps[0] (codegen.triton): requires fact 'fused', which no earlier step produces; "
+        "add a 'fuse.regions' step before it"
+    )
