@@ -12,7 +12,7 @@ shape is chosen per (rows, columns) size class: by timing every candidate once o
 call when ``autotune`` is on, otherwise the first candidate, and then remembered.
 
 When a region cannot run as a kernel (CPU tensors without ``TRITON_INTERPRET=1``, rows longer
-than ``max_row``, a tensor spanning 2**31 or more elements) its ATen submodule runs instead, and
+than ``max_row``, a tensor spanning 2**31 or more elements, an empty domain) its ATen submodule runs instead, and
 ``fallbacks`` counts it, so the result is always right.
 """
 
@@ -111,13 +111,12 @@ class RegionLauncher:
         for size in kernel_domain[:-1]:
             rows_count *= size
         columns = kernel_domain[-1]
-        if not self._can_launch(inputs, rows_count * columns, columns):
+        if rows_count * columns == 0 or not self._can_launch(inputs, rows_count * columns, columns):
+            # Empty domains too: a sum over empty rows is zeros, an amax an error, as ATen says.
             self.fallbacks += 1
             return tuple(self.fallback(*inputs))
         device = inputs[0].device
         outputs = tuple(torch.empty(self._output_shape(kind, domain), dtype=dtype, device=device) for kind, dtype in self.spec.outputs)
-        if rows_count * columns == 0:
-            return outputs
         strides = self._strides(inputs, kernel_domain)
         args = [*inputs, *outputs, rows_count, columns, *kernel_domain[:-1], *strides]
         config = self._config(args, rows_count, columns, outputs)

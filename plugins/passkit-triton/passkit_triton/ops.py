@@ -208,6 +208,10 @@ def family_of(node: Node) -> str | None:
     if node.op != "call_function" or not _dtypes_supported(node):
         return None
     if node.target in REDUCTIONS:
+        source = _tensor_val(node.args[0])
+        # max/min pad with -inf/inf, which only a floating-point row can hold exactly.
+        if REDUCTIONS[node.target] in ("max", "min") and not (source is not None and source.dtype.is_floating_point):
+            return None
         return "reduction" if reduction_dims_are_last(node) else None
     entry = _POINTWISE.get(node.target)
     if entry is None:

@@ -14,10 +14,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
 from conftest import assert_close, launchers
 
 import passkit
-from passkit_triton import launch
+from passkit_triton import codegen_triton, fuse_regions, launch
 from passkit_triton.launch import cache_dir
 
 pytest.importorskip("triton")
@@ -207,3 +208,18 @@ def test_an_explicit_cast_rounds_under_the_fp32_policy(triton_compile) -> None:
     x = torch.randn(32, 32)
     program = triton_compile(fn, x, dtype_policy="fp32")
     torch.testing.assert_close(program.compiled["main"](x)[0], fn(x), rtol=0, atol=0)
+
+
+def test_empty_rows_run_their_aten_ops() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).sum(-1) + 1
+
+    gm = make_fx(fn, tracing_mode="symbolic")(torch.randn(3, 4))
+    program = passkit.Program(graphs={"main": gm}, signature=None, example_inputs=[], facts={"functional"})
+    fuse_regions(program)
+    codegen_triton(program, autotune=False)
+    (launcher,) = launchers(program)
+    for x in (torch.randn(5, 7), torch.randn(3, 0)):
+        out = program.compiled["main"](x)
+        assert_close(out[0] if isinstance(out, (tuple, list)) else out, fn(x))
+    assert (launcher.calls, launcher.fallbacks) == (2, 1)
