@@ -1,4 +1,4 @@
-"""Run every Triton kernel in Triton's interpreter on the CPU, and share small helpers.
+"""Run every Triton kernel in Triton's interpreter on the CPU; the ``triton_compile`` fixture.
 
 ``TRITON_INTERPRET`` is read when a kernel is created, so setting it here, before any test
 compiles one, makes kernels run as NumPy on CPU tensors. Tests that need Triton skip (never
@@ -14,41 +14,9 @@ os.environ["TRITON_INTERPRET"] = "1"
 from typing import Any, Callable  # noqa: E402
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
+from triton_helpers import pipeline_options  # noqa: E402
 
-import passkit  # noqa: E402
 from passkit.testing import assert_pass_preserves_numerics  # noqa: E402
-from passkit_triton.launch import RegionLauncher  # noqa: E402
-
-# What each dtype's result may differ from eager by (relative, absolute).
-TOLERANCES = {
-    torch.float32: (1e-5, 1e-5),
-    torch.float16: (2e-3, 2e-3),
-    torch.bfloat16: (1.6e-2, 1.6e-2),
-}
-
-
-def assert_close(actual: Any, expected: Any) -> None:
-    """Compare with the tolerance of the expected value's dtype."""
-    rtol, atol = TOLERANCES.get(expected.dtype, (0, 0))
-    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
-
-
-def pipeline_options(pipeline: str, step_id: str) -> dict[str, Any]:
-    """The options a shipped pipeline gives one of its steps."""
-    (step,) = [s for s in passkit.load_pipeline(pipeline).steps if s.id == step_id]
-    return dict(step.options)
-
-
-def launchers(program: Any, graph: str = "main") -> list[RegionLauncher]:
-    """The kernel launchers that a compiled graph calls, in graph order."""
-    compiled = program.compiled[graph].__self__
-    found = []
-    for node in compiled.graph.nodes:
-        launcher = getattr(node.target, "launcher", None)
-        if isinstance(launcher, RegionLauncher):
-            found.append(launcher)
-    return found
 
 
 @pytest.fixture

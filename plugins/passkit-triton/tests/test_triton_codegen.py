@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
-from conftest import assert_close, launchers
+from triton_helpers import assert_close, launchers
 
 import passkit
 from passkit_triton import codegen_triton, fuse_regions, launch

@@ -10,7 +10,7 @@ import operator
 
 import pytest
 import torch
-from conftest import pipeline_options
+from triton_helpers import pipeline_options
 
 import passkit
 from passkit.testing import assert_pass_preserves_numerics

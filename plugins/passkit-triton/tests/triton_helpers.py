@@ -1,0 +1,40 @@
+"""Helpers shared by the passkit-triton tests: dtype tolerances, pipeline options, launchers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+import passkit
+from passkit_triton.launch import RegionLauncher
+
+# What each dtype's result may differ from eager by (relative, absolute).
+TOLERANCES = {
+    torch.float32: (1e-5, 1e-5),
+    torch.float16: (2e-3, 2e-3),
+    torch.bfloat16: (1.6e-2, 1.6e-2),
+}
+
+
+def assert_close(actual: Any, expected: Any) -> None:
+    """Compare with the tolerance of the expected value's dtype."""
+    rtol, atol = TOLERANCES.get(expected.dtype, (0, 0))
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
+
+
+def pipeline_options(pipeline: str, step_id: str) -> dict[str, Any]:
+    """The options a shipped pipeline gives one of its steps."""
+    (step,) = [s for s in passkit.load_pipeline(pipeline).steps if s.id == step_id]
+    return dict(step.options)
+
+
+def launchers(program: Any, graph: str = "main") -> list[RegionLauncher]:
+    """The kernel launchers that a compiled graph calls, in graph order."""
+    compiled = program.compiled[graph].__self__
+    found = []
+    for node in compiled.graph.nodes:
+        launcher = getattr(node.target, "launcher", None)
+        if isinstance(launcher, RegionLauncher):
+            found.append(launcher)
+    return found
