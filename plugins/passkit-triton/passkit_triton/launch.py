@@ -13,7 +13,7 @@ call when ``autotune`` is on, otherwise the first candidate, and then remembered
 
 When a region cannot run as a kernel (CPU tensors without ``TRITON_INTERPRET=1``, rows longer
 than ``max_row``, a tensor spanning 2**31 or more elements, an empty domain) its ATen submodule runs instead, and
-``fallbacks`` counts it, so the result is always right.
+``fallbacks`` counts it, so the result is always right (CPU tensors also warn, once).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import os
 import statistics
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -73,6 +74,15 @@ def next_power_of_2(value: int) -> int:
 
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def _span(tensor: torch.Tensor) -> int:
@@ -129,6 +139,7 @@ class RegionLauncher:
             return False
         device = tensors[0].device
         if device.type != "cuda" and not interpreting():
+            _warn_once(f"passkit-triton: fusion regions on {device.type} tensors run their ATen ops; kernels need CUDA, or TRITON_INTERPRET=1")
             return False
         if any(t.device != device for t in tensors):
             return False

@@ -223,3 +223,17 @@ def test_empty_rows_run_their_aten_ops() -> None:
         out = program.compiled["main"](x)
         assert_close(out[0] if isinstance(out, (tuple, list)) else out, fn(x))
     assert (launcher.calls, launcher.fallbacks) == (2, 1)
+
+
+def test_cpu_tensors_without_the_interpreter_run_aten_and_warn(triton_compile, monkeypatch) -> None:
+    x = torch.randn(4, 8)
+    program = triton_compile(softmax, x)
+    monkeypatch.delenv("TRITON_INTERPRET")
+    monkeypatch.setattr(launch, "_WARNED", set())
+
+    with pytest.warns(RuntimeWarning) as warned:
+        assert_close(program.compiled["main"](x)[0], softmax(x))
+    assert str(warned[0].message) == (
+        "passkit-triton: fusion regions on cpu tensors run their ATen ops; kernels need CUDA, or TRITON_INTERPRET=1"
+    )
+    assert launchers(program)[0].fallbacks == 1
