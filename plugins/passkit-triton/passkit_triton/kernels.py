@@ -49,8 +49,16 @@ import triton.language as tl
 @triton.jit
 def _round_to_bf16(v):
     bits = v.to(tl.uint32, bitcast=True)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    rounded = ((bits + ((bits >> 16) & 1) + 0x7FFF) >> 16) << 16
     return tl.where(v != v, v, rounded.to(tl.float32, bitcast=True))
+
+
+@triton.jit
+def _to_bf16(v):
+    # From the bits, since the interpreter's own conversion also flushes subnormals to zero.
+    # NaN becomes the quiet NaN: its payload may sit in the low bits that are dropped.
+    bits = _round_to_bf16(v).to(tl.uint32, bitcast=True) >> 16
+    return tl.where(v != v, 0x7FC0, bits).to(tl.uint16).to(tl.bfloat16, bitcast=True)
 """
 
 
@@ -204,7 +212,7 @@ def kernel_spec(gm: GraphModule, *, rank: int, policy: Literal["keep", "fp32"]) 
         outputs.append((kind, _value_dtype(node)))
         value = writer.names[node]
         if outputs[-1][1] == torch.bfloat16:
-            value = f"_round_to_bf16({value})"
+            value = f"_to_bf16({value})"
         if kind == "full":
             stores.append(f"tl.store(out{j} + (rows * N + cols), {value}.to(out{j}.dtype.element_ty), mask=mask)")
         else:  # row values: only the first column program writes them

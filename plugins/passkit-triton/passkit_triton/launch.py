@@ -37,6 +37,7 @@ __all__ = ["Config", "RegionLauncher", "cache_dir", "load_kernel", "next_power_o
 
 _KERNELS: dict[tuple[str, bool], Any] = {}
 _INT32_LIMIT = 2**31
+_GRID_Y_LIMIT = 65535
 
 
 def cache_dir() -> Path:
@@ -175,6 +176,7 @@ class RegionLauncher:
         row_width = next_power_of_2(columns)
         for elements in self.block_sizes:
             block_n = row_width if self.spec.has_reduction else min(row_width, elements)
+            block_n = max(block_n, next_power_of_2(-(-columns // _GRID_Y_LIMIT)))  # CUDA's grid y limit
             block_m = min(next_power_of_2(rows_count), max(1, elements // block_n))
             warps = self.num_warps or (4 if block_m * block_n <= 2048 else 8 if block_m * block_n <= 8192 else 16)
             config = Config(block_m, block_n, warps)

@@ -237,3 +237,18 @@ def test_cpu_tensors_without_the_interpreter_run_aten_and_warn(triton_compile, m
         "passkit-triton: fusion regions on cpu tensors run their ATen ops; kernels need CUDA, or TRITON_INTERPRET=1"
     )
     assert launchers(program)[0].fallbacks == 1
+
+
+def test_bfloat16_rounding_matches_torch_bit_for_bit(triton_compile) -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return (x * 1).to(torch.bfloat16)
+
+    special = [0.0, -0.0, 1.0, 1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), float("inf"), float("-inf"), 3.3961e38, 1e-40, -1e-41]
+    x = torch.cat([torch.tensor(special), torch.randn(1000) * 100])
+    program = triton_compile(fn, x)
+
+    actual = program.compiled["main"](x)[0]
+    differ = (actual.view(torch.int16) != fn(x).view(torch.int16)).nonzero().flatten()
+    assert differ.tolist() == [], (x[differ].tolist(), actual[differ].tolist(), fn(x)[differ].tolist())
+    nans = torch.tensor([0x7FC00000, 0x7F800001, -1], dtype=torch.int32).view(torch.float32)  # payload in low bits too
+    assert program.compiled["main"](nans.repeat(len(x))[: len(x)])[0].isnan().all()
