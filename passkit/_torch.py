@@ -50,6 +50,8 @@ __all__ = [
     "mutates",
     "AUTOGRAD_SEMANTIC_OPS",
     "is_core_aten",
+    "size_hint",
+    "no_fake_mode",
 ]
 
 
@@ -316,3 +318,33 @@ def is_core_aten(op: Any) -> bool:
 def has_mutations(gm: GraphModule) -> bool:
     """Whether any node of ``gm`` mutates an argument (see ``mutates``)."""
     return any(mutates(n) for n in gm.graph.nodes)
+
+
+# -- partition.min_cut: symbolic size hints and real tensors next to fake ones -------------------
+
+# What torch's partitioner assumes for a size with no hint (an unbacked symbol).
+_UNHINTED_SIZE = 8192
+
+
+def size_hint(value: Any) -> int:
+    """A concrete number for a (possibly symbolic) size: its hint, or a fixed guess if unbacked."""
+    if isinstance(value, (int, float, bool)):
+        return int(value)
+    node = getattr(value, "node", None)
+    hint = getattr(node, "hint", None)
+    if hint is not None:
+        return int(hint)
+    shape_env = getattr(node, "shape_env", None)
+    if shape_env is not None:
+        try:
+            return int(shape_env.size_hint(node.expr, allow_none=False))
+        except Exception:  # unbacked: no hint exists
+            pass
+    return _UNHINTED_SIZE
+
+
+def no_fake_mode() -> contextlib.AbstractContextManager[Any]:
+    """Leave any active fake mode, so that real tensors are real (profiling ops)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()

@@ -48,6 +48,7 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("decompose", "passkit.passes.decompose"),
     ("joint", "passkit.passes.joint"),
     ("partition", "passkit.passes.partition"),
+    ("partition_min_cut", "passkit.passes.partition_min_cut"),
     ("fx_cleanup", "passkit.passes.fx_cleanup"),
     ("codegen_python", "passkit.passes.codegen_python"),
     ("timing", "passkit.instruments.timing"),

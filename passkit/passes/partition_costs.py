@@ -1,0 +1,216 @@
+"""Own what ``partition.min_cut`` knows about each joint-graph value: its bytes and its run time.
+
+Bytes are those of the storage a value keeps alive: a view (``view``, ``permute``, a piece of
+``split``) keeps its base's whole storage, so it is charged the base's bytes. Symbolic sizes use
+their hints.
+
+Run time comes from one of two estimators:
+
+- ``flops``: ``max(flops / peak, bytes moved / bandwidth) + per-op overhead``, with peak rates
+  per device type. FLOPs come from ``torch.utils.flop_counter``'s formulas; ops without one are
+  memory-bound.
+- ``profile``: each op runs on the program's device, with real tensors of the recorded shapes,
+  strides and dtypes, and the best of a few runs is kept. Timings are cached per op, argument
+  shapes and device for the life of the process, so each distinct op is measured once.
+
+Views, ``getitem`` and other aliasing ops cost nothing to recompute under both estimators.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from typing import Any, Callable, Literal
+
+import torch
+from torch.fx import Node
+from torch.utils.flop_counter import flop_registry
+
+from passkit import _torch
+
+__all__ = ["storage_root", "node_bytes", "Estimator", "estimator_for", "clear_profile_cache"]
+
+EstimatorName = Literal["flops", "profile"]
+
+# Peak figures per device type: FLOP/s, bytes/s, seconds of overhead per op call.
+_RATES: dict[str, tuple[float, float, float]] = {
+    "cpu": (5e10, 1e10, 3e-6),
+    "cuda": (5e13, 1.5e12, 6e-6),
+}
+_PROFILE_REPEATS = 3
+_profile_cache: dict[tuple[Any, ...], float] = {}
+
+
+def _hint(value: Any) -> int:
+    return int(value) if isinstance(value, int) else _torch.size_hint(value)
+
+
+def _tensor_bytes(value: torch.Tensor) -> int:
+    numel = 1
+    for size in value.shape:
+        numel *= _hint(size)
+    return numel * value.element_size()
+
+
+def _aliases_input(node: Node) -> bool:
+    """Whether the node's value is a view of its first input (so it shares that storage)."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        source = node.args[0]
+        return isinstance(source, Node) and _aliases_input(source)
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not schema.returns:
+        return False
+    alias = schema.returns[0].alias_info
+    return alias is not None and not alias.is_write
+
+
+def storage_root(node: Node) -> Node:
+    """The node whose storage ``node``'s value lives in (itself unless it is a view)."""
+    while _aliases_input(node) and isinstance(node.args[0], Node):
+        node = node.args[0]
+    return node
+
+
+def node_bytes(node: Node) -> int:
+    """Bytes that keeping ``node``'s value alive costs: its storage root's size."""
+    value = storage_root(node).meta.get("val")
+    if isinstance(value, torch.Tensor):
+        return _tensor_bytes(value)
+    if isinstance(value, (torch.SymInt, torch.SymFloat, int, float)):
+        return 8
+    return 0
+
+
+def is_free(node: Node) -> bool:
+    """Ops that only re-describe memory: nothing to recompute."""
+    return node.op != "call_function" or _aliases_input(node) or node.target is operator.getitem
+
+
+def _values(args: Any) -> list[Any]:
+    flat, _ = _torch.pytree.tree_flatten(args)
+    return flat
+
+
+def _meta_args(node: Node) -> tuple[Any, Any]:
+    def value(arg: Any) -> Any:
+        return arg.meta.get("val") if isinstance(arg, Node) else arg
+
+    return _torch.pytree.tree_map(value, (node.args, node.kwargs))
+
+
+def _device_of(node: Node) -> torch.device:
+    for value in _values(_meta_args(node)) + _values(node.meta.get("val")):
+        if isinstance(value, torch.Tensor):
+            return value.device
+    return torch.device("cpu")
+
+
+class Estimator:
+    """Estimated seconds to run one joint-graph node again."""
+
+    name: str = "?"
+
+    def __call__(self, node: Node) -> float:
+        if is_free(node):
+            return 0.0
+        return self.seconds(node)
+
+    def seconds(self, node: Node) -> float:
+        raise NotImplementedError
+
+
+class FlopsEstimator(Estimator):
+    name = "flops"
+
+    def seconds(self, node: Node) -> float:
+        peak, bandwidth, overhead = _RATES.get(_device_of(node).type, _RATES["cpu"])
+        args, kwargs = _meta_args(node)
+        out = node.meta.get("val")
+        moved = sum(_tensor_bytes(v) for v in _values((args, kwargs, out)) if isinstance(v, torch.Tensor))
+        flops = 0
+        formula = flop_registry.get(getattr(node.target, "overloadpacket", None))
+        if formula is not None:
+            try:
+                flops = formula(*args, **kwargs, out_val=out)
+            except Exception:  # a formula that cannot read symbolic shapes: memory-bound instead
+                flops = 0
+        return max(flops / peak, moved / bandwidth) + overhead
+
+
+def _real(value: Any, device: torch.device) -> Any:
+    """A real tensor shaped like a recorded value; integers are zeros, so any index is valid."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return _torch.size_hint(value)
+    if not isinstance(value, torch.Tensor):
+        return value
+    shape = [_hint(s) for s in value.shape]
+    stride = [_hint(s) for s in value.stride()]
+    real = torch.empty_strided(shape, stride, dtype=value.dtype, device=device)
+    if value.dtype.is_floating_point or value.dtype.is_complex:
+        return real.normal_()
+    return real.zero_()
+
+
+def _signature(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return ("T", tuple(_hint(s) for s in value.shape), tuple(_hint(s) for s in value.stride()), str(value.dtype))
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return _torch.size_hint(value)
+    return repr(value)
+
+
+class ProfileEstimator(Estimator):
+    name = "profile"
+
+    def __init__(self) -> None:
+        self.fallback = FlopsEstimator()
+        self.measured = 0
+
+    def seconds(self, node: Node) -> float:
+        args, kwargs = _meta_args(node)
+        device = _device_of(node)
+        key = (str(node.target), device.type, _torch.pytree.tree_map(_signature, (args, kwargs)).__repr__())
+        if key not in _profile_cache:
+            timing = self._time(node.target, args, kwargs, device)
+            if timing is None:
+                return self.fallback.seconds(node)
+            _profile_cache[key] = timing
+            self.measured += 1
+        return _profile_cache[key]
+
+    @staticmethod
+    def _time(target: Callable[..., Any], args: Any, kwargs: Any, device: torch.device) -> float | None:
+        with _torch.no_fake_mode():
+            try:
+                real_args, real_kwargs = _torch.pytree.tree_map(lambda v: _real(v, device), (args, kwargs))
+                best = float("inf")
+                with torch.no_grad():
+                    for _ in range(_PROFILE_REPEATS + 1):  # the first run pays one-time costs
+                        _sync(device)
+                        started = time.perf_counter()
+                        target(*real_args, **real_kwargs)
+                        _sync(device)
+                        best = min(best, time.perf_counter() - started)
+                return best
+            except Exception:  # an op that cannot run on made-up data: use the flops model
+                return None
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def estimator_for(name: EstimatorName) -> Estimator:
+    return ProfileEstimator() if name == "profile" else FlopsEstimator()
+
+
+def clear_profile_cache() -> None:
+    """Forget every measured timing (tests use this to see ops being measured)."""
+    _profile_cache.clear()
+
+
+def profile_cache_size() -> int:
+    return len(_profile_cache)

@@ -1,0 +1,280 @@
+"""Own ``partition.min_cut``: passkit's own min-cut partitioner, with its options and report.
+
+The joint graph is split where a minimum cut says (see :mod:`passkit.passes.partition_plan`):
+each value the backward needs is either saved or recomputed, whichever the rules and the memory
+limit allow at the least estimated time. The rules, strongest first:
+
+1. inputs and random ops (``nondeterministic_seeded``) are never recomputed;
+2. ``never_recompute`` ops are never recomputed; ``save`` ops are also always saved when
+   anything the backward needs is computed from them (selective checkpointing's MUST_SAVE);
+3. ``recompute`` ops, and every op inside a module that ``recompute_modules`` names, are always
+   recomputed; so are ops under ``torch.utils.checkpoint`` (its ``recompute`` tags; a
+   ``MUST_SAVE``/``PREFER_SAVE`` tag counts as ``save``);
+4. everything else is recomputed only where that buys memory the limit asks for, choosing the
+   plan with the least estimated recompute time (``estimator``). With no limit
+   (``memory_budget = 1``) nothing is recomputed that costs time: only views and other free ops.
+
+The step's report row shows the saved tensors and their bytes (each storage once), the
+estimated recompute time, and which ops were recomputed by which rule.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import operator
+import re
+from collections import Counter
+from typing import Any, Literal
+
+import pydantic
+import torch
+from torch.fx import GraphModule, Node
+from torch.utils.checkpoint import CheckpointPolicy
+
+from passkit.errors import PassError
+from passkit.hookspecs import hookimpl
+from passkit.pass_api import graph_pass
+from passkit.passes.partition import _install, split_joint
+from passkit.passes.partition_costs import estimator_for, node_bytes, storage_root
+from passkit.passes.partition_plan import Plan, PlanError, Problem
+from passkit.program import GraphIO, Program
+
+__all__ = ["min_cut", "MinCutOptions", "parse_size", "format_size"]
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_OP_RE = re.compile(r"^[a-z_][a-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+_SAVE_TAGS = (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
+_RECOMPUTE_TAGS = (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE)
+
+
+def parse_size(value: str | int) -> int:
+    """``"2GiB"`` -> 2147483648; plain numbers are bytes. KB/MB/GB are powers of 1000."""
+    if isinstance(value, bool):
+        raise ValueError("must be a size such as '2GiB' or a number of bytes")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("must not be negative")
+        return value
+    match = _SIZE_RE.match(value)
+    unit = match.group(2).upper() if match else None
+    if match is None or unit not in _UNITS:
+        raise ValueError(f"must be a size such as '2GiB', '512MiB' or a number of bytes, not {value!r}")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def format_size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
+def _check_op(name: str) -> str:
+    if not _OP_RE.match(name):
+        raise ValueError(f"{name!r} is not an op name such as 'aten.mm' or 'aten.mm.default'")
+    namespace, op, *overload = name.split(".")
+    packet = getattr(getattr(torch.ops, namespace), op, None) if hasattr(torch.ops, namespace) else None
+    if packet is None or (overload and overload[0] not in packet.overloads()):
+        raise ValueError(f"no op named {name!r}")
+    return name
+
+
+class MinCutOptions(pydantic.BaseModel):
+    """Options of ``partition.min_cut`` (see docs/partitioning.md)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    memory_budget: float = 1.0
+    """Saved bytes to allow, from 0 (the fewest the rules allow) to 1 (the fastest plan)."""
+    max_saved: str | int | None = None
+    """An absolute limit on saved bytes ("2GiB", "512MiB", or an integer)."""
+    estimator: Literal["flops", "profile"] = "flops"
+    """How recompute time is estimated: a FLOP and bandwidth model, or timing each op."""
+    save: list[str] = []
+    recompute: list[str] = []
+    never_recompute: list[str] = []
+    recompute_modules: list[str] = []
+    """Module paths (globs over ``nn_module_stack``, e.g. "layers.*.mlp") to recompute whole."""
+
+    @pydantic.field_validator("memory_budget")
+    @classmethod
+    def _fraction(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError("must be between 0 and 1")
+        return value
+
+    @pydantic.field_validator("max_saved")
+    @classmethod
+    def _size(cls, value: str | int | None) -> str | int | None:
+        if value is not None:
+            parse_size(value)
+        return value
+
+    @pydantic.field_validator("save", "recompute", "never_recompute")
+    @classmethod
+    def _ops(cls, value: list[str]) -> list[str]:
+        return [_check_op(name) for name in value]
+
+    @pydantic.model_validator(mode="after")
+    def _consistent(self) -> MinCutOptions:
+        for other in ("save", "never_recompute"):
+            clash = sorted(set(self.recompute) & set(getattr(self, other)))
+            if clash:
+                raise ValueError(f"{clash[0]!r} is in both recompute and {other}")
+        return self
+
+
+def _op_names(node: Node) -> set[str]:
+    name = str(node.target)
+    packet = getattr(node.target, "overloadpacket", None)
+    return {name} | ({str(packet)} if packet is not None else set())
+
+
+def _module_paths(node: Node) -> list[str]:
+    """Module paths of the node's ``nn_module_stack``, written as ``blocks.0.mlp``."""
+    paths = []
+    for entry in (node.meta.get("nn_module_stack") or {}).values():
+        path = entry[0] if isinstance(entry, tuple) else str(entry)
+        path = re.sub(r"^L\['self'\]\.?|^self\.?", "", path)
+        path = re.sub(r"\._modules\['([^']+)'\]|\[['\"]?([^'\"\]]+)['\"]?\]", lambda m: "." + (m.group(1) or m.group(2)), path)
+        paths.append(path.lstrip("."))
+    return paths
+
+
+def _is_random(node: Node) -> bool:
+    tags = getattr(node.target, "tags", ())
+    return torch.Tag.nondeterministic_seeded in tags
+
+
+class _Rules:
+    """Which rule keeps, saves or recomputes each forward node."""
+
+    def __init__(self, options: MinCutOptions, forward: set[Node]) -> None:
+        self.keep: dict[Node, str] = {}
+        self.save: set[Node] = set()
+        self.recompute: dict[Node, str] = {}
+        save_ops, never_ops, recompute_ops = set(options.save), set(options.never_recompute), set(options.recompute)
+        for node in forward:
+            if node.op != "call_function":
+                continue
+            source = node.args[0] if node.target is operator.getitem else node
+            names = _op_names(source) if isinstance(source, Node) else _op_names(node)
+            tag = node.meta.get("recompute")
+            if isinstance(source, Node) and _is_random(source):
+                self.keep[node] = "random"
+            elif names & never_ops:
+                self.keep[node] = "never_recompute"
+            elif names & save_ops or (tag in _SAVE_TAGS and not names & recompute_ops):
+                self.keep[node] = "save"
+                self.save.add(node)
+            elif names & recompute_ops:
+                self.recompute[node] = "recompute"
+            elif options.recompute_modules and any(
+                fnmatch.fnmatchcase(path, pattern) for path in _module_paths(node) for pattern in options.recompute_modules
+            ):
+                self.recompute[node] = "recompute_modules"
+            elif tag in _RECOMPUTE_TAGS:
+                self.recompute[node] = "checkpoint"
+
+    def reason(self, node: Node, limited_by: str, free: bool) -> str:
+        if node in self.recompute:
+            return self.recompute[node]
+        return "free" if free else limited_by
+
+
+def _classify(joint_gm: GraphModule, io: GraphIO) -> tuple[set[Node], set[Node], set[Node], list[Any]]:
+    placeholders = [n for n in joint_gm.graph.nodes if n.op == "placeholder"]
+    tangents = [p for p, d in zip(placeholders, io.inputs) if d.kind == "tangent"]
+    output = next(n for n in reversed(joint_gm.graph.nodes) if n.op == "output")
+    n_fwd = sum(1 for d in io.outputs if d.kind in ("mutation", "user"))
+    backward: set[Node] = set(tangents)
+    for node in joint_gm.graph.nodes:
+        if node.op != "output" and any(a in backward for a in node.all_input_nodes):
+            backward.add(node)
+    forward = {n for n in joint_gm.graph.nodes if n.op != "output" and n not in backward}
+    required: set[Node] = set()
+    stack = [a for a in output.args[0][:n_fwd] if isinstance(a, Node)]
+    while stack:
+        node = stack.pop()
+        if node not in required:
+            required.add(node)
+            stack.extend(node.all_input_nodes)
+    grads = list(output.args[0][n_fwd:])
+    read = {a for b in backward for a in b.all_input_nodes if a in forward}
+    read |= {g for g in grads if isinstance(g, Node) and g in forward}
+    return forward, required, read, grads
+
+
+def _limit(options: MinCutOptions, smallest: Plan, fastest: Plan) -> tuple[int | None, str]:
+    limits = []
+    if options.memory_budget < 1.0:
+        span = max(fastest.bytes - smallest.bytes, 0)
+        limits.append((smallest.bytes + int(options.memory_budget * span), "memory_budget"))
+    if options.max_saved is not None:
+        limits.append((parse_size(options.max_saved), "max_saved"))
+    if not limits:
+        return None, "memory_budget"
+    return min(limits)
+
+
+@graph_pass(
+    "partition.min_cut",
+    requires={"joint"},
+    produces={"partitioned"},
+    invalidates={"joint"},
+    training_only=True,
+    options=MinCutOptions,
+)
+def min_cut(program: Program, **values: Any) -> bool:
+    """Split joint with passkit's min-cut: memory limits, measured costs, checkpoint rules in the file."""
+    options = MinCutOptions(**values)
+    joint_gm = program.graphs["joint"]
+    io = program.io("joint")
+    forward, required, read, grads = _classify(joint_gm, io)
+    rules = _Rules(options, forward)
+    estimate = estimator_for(options.estimator)
+    problem = Problem(
+        forward=forward, required=required, read_by_backward=read, grad_outputs=grads, time_ns={},
+        keep=set(rules.keep), must_recompute=set(rules.recompute), must_save=rules.save,
+    )
+    problem.must_recompute &= problem.relevant
+    problem.must_save &= problem.relevant
+    problem.time_ns.update(
+        {n: int(round(estimate(n) * 1e9)) for n in problem.relevant if n in required and n.op == "call_function"}
+    )
+    try:
+        smallest, fastest = problem.smallest(), problem.fastest()
+        limit, limited_by = _limit(options, smallest, fastest)
+        plan = fastest if limit is None else problem.fastest_within(limit)
+    except PlanError as exc:
+        raise PassError(f"partition.min_cut: {exc}") from None
+    if plan is None:
+        raise PassError(
+            f"partition.min_cut: max_saved = {options.max_saved!r} cannot be met; the smallest limit this "
+            f"program can meet is {format_size(smallest.bytes)} ({smallest.bytes} bytes)"
+        )
+    _install(program, *split_joint(joint_gm, io, list(plan.saved)))
+    _report(program, plan, rules, problem, limited_by)
+    return True
+
+
+def _report(program: Program, plan: Plan, rules: _Rules, problem: Problem, limited_by: str) -> None:
+    inputs = {storage_root(n) for n in plan.saved if storage_root(n).op == "placeholder"}
+    program.record_stat("saved", len(plan.saved))
+    program.record_stat("saved_bytes", plan.bytes)
+    program.record_stat("activation_bytes", plan.bytes - sum(node_bytes(r) for r in inputs))
+    program.record_stat("recompute_ms", round(plan.time_ns / 1e6, 3))
+    by_rule: dict[str, Counter[str]] = {}
+    for node in sorted(plan.recomputed, key=lambda n: n.name):
+        if node.op != "call_function":
+            continue
+        free = problem.time_ns.get(node, 0) == 0 and node not in rules.recompute
+        by_rule.setdefault(rules.reason(node, limited_by, free), Counter())[str(node.target)] += 1
+    program.record_stat("recomputed", {rule: dict(sorted(ops.items())) for rule, ops in sorted(by_rule.items())})
+
+
+@hookimpl
+def passkit_register_passes() -> list:
+    return [min_cut]

@@ -1,0 +1,198 @@
+"""Own the min-cut behind ``partition.min_cut``: which forward values to save, as a flow problem.
+
+Every forward value ``X`` that the backward may need becomes two flow nodes, ``X_in -> X_out``,
+and the cut decides each value's fate:
+
+- ``X_in`` on the source side and ``X_out`` on the sink side: ``X`` is computed in the forward
+  and **saved**; that edge costs ``X``'s bytes;
+- both on the sink side: ``X`` is **recomputed** in the backward; the edge ``source -> X_in``
+  costs ``X``'s recompute time when the forward computes ``X`` anyway (a value that only the
+  backward needs costs nothing extra to compute there);
+- data edges ``X_out -> Y_in`` and the edges into the sink from values the backward reads are
+  unbounded, so the backward always has what it needs.
+
+Rules become unbounded edges: ``source -> X_in`` keeps ``X`` out of the backward (inputs, random
+ops, ``never_recompute``, ``save``), ``X_in -> sink`` forces its recomputation (checkpoint tags,
+``recompute``), ``X_out -> sink`` forces its saving (``save``). Costs are whole numbers
+(nanoseconds and bytes) weighted ``a * time + b * bytes``; ``networkx.minimum_cut`` solves each
+weighting exactly. The plans on the lower convex hull of (bytes, time) are found by searching
+weightings between two known plans, the classic parametric search, so a memory limit costs a
+few cuts rather than a sweep.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import networkx as nx
+import torch
+from torch.fx import Node
+
+from passkit.passes.partition_costs import node_bytes, storage_root
+
+__all__ = ["Problem", "Plan", "PlanError"]
+
+_MAX_HULL_CUTS = 40
+
+
+class PlanError(Exception):
+    """The rules contradict each other (a value must be both recomputed and kept)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One partition: the values saved, the ones recomputed, and what that costs."""
+
+    saved: tuple[Node, ...]
+    recomputed: frozenset[Node]
+    bytes: int
+    time_ns: int
+
+
+@dataclass
+class Problem:
+    """The flow network for one joint graph, with costs and rules attached to its nodes."""
+
+    forward: set[Node]
+    """Values computable without tangents (placeholders included)."""
+    required: set[Node]
+    """Values the forward outputs need: the forward computes these whatever the plan."""
+    read_by_backward: set[Node]
+    """Forward values that backward nodes or gradient outputs read directly."""
+    grad_outputs: list[Any]
+    time_ns: dict[Node, int]
+    keep: set[Node] = field(default_factory=set)
+    """Never recomputed (inputs, random ops, ``never_recompute``, ``save``)."""
+    must_recompute: set[Node] = field(default_factory=set)
+    must_save: set[Node] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.relevant = _ancestors_within(self.read_by_backward, self.forward)
+        self.bytes = {n: node_bytes(n) for n in self.relevant}
+        self._plans: dict[tuple[Node, ...], Plan] = {}
+
+    # -- one cut ---------------------------------------------------------------------------
+
+    def _network(self, time_weight: int, byte_weight: int) -> nx.DiGraph:
+        graph = nx.DiGraph()
+        for node in self.relevant:
+            inner, outer = ("in", node), ("out", node)
+            if _is_multi_output(node):
+                graph.add_edge(inner, outer)  # a tuple is never saved whole; its items are
+            else:
+                graph.add_edge(inner, outer, capacity=byte_weight * self.bytes[node])
+            if node in self.keep or node.op == "placeholder":
+                graph.add_edge("source", inner)
+            elif node in self.required:
+                graph.add_edge("source", inner, capacity=time_weight * self.time_ns.get(node, 0))
+            if node in self.must_recompute:
+                graph.add_edge(inner, "sink")
+            if node in self.read_by_backward or node in self.must_save:
+                graph.add_edge(outer, "sink")
+            for user in node.users:
+                if user in self.relevant:
+                    graph.add_edge(outer, ("in", user))
+        return graph
+
+    def cut(self, time_weight: int, byte_weight: int) -> Plan:
+        """The plan that minimises ``time_weight * time + byte_weight * bytes``."""
+        graph = self._network(time_weight, byte_weight)
+        try:
+            _, (source_side, _) = nx.minimum_cut(graph, "source", "sink")
+        except nx.NetworkXUnbounded:
+            raise PlanError(_contradiction(self)) from None
+        saved = [n for n in self.relevant if ("in", n) in source_side and ("out", n) not in source_side]
+        return self.evaluate(saved)
+
+    def evaluate(self, saved: Iterable[Node]) -> Plan:
+        """Bytes (each storage once) and recompute time of the plan that saves ``saved``."""
+        order = {n: i for i, n in enumerate(self.relevant_order())}
+        saved_tuple = tuple(sorted(set(_items_of(saved)), key=order.__getitem__))
+        if saved_tuple in self._plans:
+            return self._plans[saved_tuple]
+        saved_set = set(saved_tuple)
+        in_backward = _ancestors_within(self.read_by_backward, self.forward, stop=saved_set)
+        # A value only the backward needs is computed there in any plan; recomputing means the
+        # forward computes it too.
+        recomputed = frozenset(n for n in in_backward - saved_set if n in self.required and n.op != "placeholder")
+        roots = {storage_root(n) for n in saved_tuple}
+        total = sum(node_bytes(r) for r in roots)
+        time_ns = sum(self.time_ns.get(n, 0) for n in recomputed)
+        plan = Plan(saved_tuple, recomputed, total, time_ns)
+        self._plans[saved_tuple] = plan
+        return plan
+
+    def relevant_order(self) -> list[Node]:
+        if not hasattr(self, "_order"):
+            graph = next(iter(self.relevant)).graph if self.relevant else None
+            self._order = [n for n in graph.nodes if n in self.relevant] if graph is not None else []
+        return self._order
+
+    # -- the time/bytes frontier ------------------------------------------------------------
+
+    def fastest(self) -> Plan:
+        """Least recompute time; fewest bytes among those."""
+        return self.cut(time_weight=sum(self.bytes.values()) + 1, byte_weight=1)
+
+    def smallest(self) -> Plan:
+        """Fewest bytes; least recompute time among those."""
+        return self.cut(time_weight=1, byte_weight=sum(self.time_ns.values()) + 1)
+
+    def fastest_within(self, limit: int) -> Plan | None:
+        """The fastest plan on the convex frontier whose bytes are at most ``limit``."""
+        hull = sorted({self.smallest(), self.fastest()}, key=lambda p: (p.bytes, p.time_ns))
+        if hull[0].bytes > limit:
+            return None
+        for _ in range(_MAX_HULL_CUTS):
+            within = [p for p in hull if p.bytes <= limit]
+            above = [p for p in hull if p.bytes > limit]
+            if not above:
+                break
+            low, high = within[-1], above[0]
+            if high.time_ns >= low.time_ns:
+                break
+            middle = self.cut(time_weight=high.bytes - low.bytes, byte_weight=low.time_ns - high.time_ns)
+            if middle in hull:
+                break
+            hull = sorted(set(hull) | {middle}, key=lambda p: (p.bytes, p.time_ns))
+        return min((p for p in hull if p.bytes <= limit), key=lambda p: (p.time_ns, p.bytes))
+
+
+def _is_multi_output(node: Node) -> bool:
+    return isinstance(node.meta.get("val"), (tuple, list))
+
+
+def _items_of(saved: Iterable[Node]) -> list[Node]:
+    """Save a multi-output op's items, never its tuple."""
+    result = []
+    for node in saved:
+        if _is_multi_output(node):
+            result.extend(u for u in node.users if u.target is operator.getitem)
+        else:
+            result.append(node)
+    return result
+
+
+def _ancestors_within(roots: Iterable[Node], within: set[Node], stop: set[Node] | None = None) -> set[Node]:
+    seen: set[Node] = set()
+    stack = [r for r in roots if r in within]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if stop is None or node not in stop:
+            stack.extend(n for n in node.all_input_nodes if n in within)
+    return seen
+
+
+def _contradiction(problem: Problem) -> str:
+    clash = [n for n in problem.must_recompute if any(a in problem.keep for a in _free_chain(n))]
+    names = ", ".join(sorted(n.name for n in clash)[:3]) or "?"
+    return f"recompute rules contradict keep rules (random ops, never_recompute, save) at {names}"
+
+
+def _free_chain(node: Node) -> list[Node]:
+    return [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), (tuple, list, torch.Tensor))]

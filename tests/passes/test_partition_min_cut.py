@@ -1,0 +1,254 @@
+"""partition.min_cut: budgets, limits, estimators and checkpoint rules change what is saved, as documented."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import passkit
+from passkit.capture import program_from_function
+from passkit.passes import partition_costs
+from passkit.passes.functionalize import functionalize
+from passkit.passes.joint import joint
+from passkit.passes.partition import default_partition, torch_min_cut
+from passkit.passes.partition_min_cut import min_cut
+
+BUDGETS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def _mlp(x, w1, w2, w3):
+    hidden = torch.nn.functional.gelu(x @ w1).sin()
+    return ((hidden @ w2).tanh() @ w3).cos().sum()
+
+
+def _mlp_inputs():
+    torch.manual_seed(0)
+    return [torch.randn(32, 64), torch.randn(64, 128, requires_grad=True),
+            torch.randn(128, 128, requires_grad=True), torch.randn(128, 16, requires_grad=True)]
+
+
+def _partition(partition, fn, inputs, **options):
+    program = program_from_function(fn, inputs)
+    for pass_ in (functionalize, joint):
+        pass_(program)
+    program.stats.clear()
+    partition(program, **options)
+    return program
+
+
+def _ops(program, rule):
+    return set(program.stats["recomputed"].get(rule, {}))
+
+
+def _pipeline(tmp_path, name="mc", pass_name="partition.min_cut", **options) -> str:
+    lines = ['[pipeline]', f'name = "{name}"', 'extends = "training-python"', 'disable = ["partition.default"]', '',
+             '[[steps]]', f'pass = "{pass_name}"', 'after = "partition.default"']
+    for key, value in options.items():
+        lines.append(f"{key} = {value!r}".replace("'", '"'))
+    path = tmp_path / f"{name}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def _saved_from_outside(step) -> int:
+    """Bytes of every storage that autograd saves during ``step()``, each storage once."""
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        step()
+    return sum(storages.values())
+
+
+def test_budget_one_recomputes_only_free_ops_and_saves_no_more_than_default() -> None:
+    ours = _partition(min_cut, _mlp, _mlp_inputs())
+    default = _partition(default_partition, _mlp, _mlp_inputs())
+    assert set(ours.stats["recomputed"]) <= {"free"}
+    assert ours.stats["recompute_ms"] == 0.0
+    assert ours.stats["saved_bytes"] <= default.stats["saved_bytes"]
+
+
+def test_budget_zero_saves_the_fewest_bytes_and_lower_budgets_save_less() -> None:
+    saved = {b: _partition(min_cut, _mlp, _mlp_inputs(), memory_budget=b).stats for b in BUDGETS}
+    # torch saves only inputs at 0; saving the 16 KiB product x @ w1 instead of x and w1 (40 KiB) is smaller.
+    assert saved[0.0]["saved_bytes"] < _partition(torch_min_cut, _mlp, _mlp_inputs(), memory_budget=0.0).stats["saved_bytes"]
+    assert saved[0.0]["activation_bytes"] == 16 * 1024 < saved[1.0]["activation_bytes"]
+    assert saved[0.0]["recomputed"]["memory_budget"]  # named by the rule that made it recompute
+    sizes = [saved[b]["saved_bytes"] for b in BUDGETS]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+    times = [saved[b]["recompute_ms"] for b in BUDGETS]
+    assert times == sorted(times, reverse=True)
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_gradients_equal_eager_for_every_budget(budget: float, tmp_path) -> None:
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(16, 64), nn.LayerNorm(64), nn.GELU(), nn.Dropout(0.2), nn.Linear(64, 16))
+    twin = copy.deepcopy(eager)
+    compiled = passkit.aot_module(twin, pipeline=_pipeline(tmp_path, memory_budget=budget))
+    x = torch.randn(8, 16)
+    for module, runner in ((eager, eager), (twin, compiled)):
+        torch.manual_seed(7)
+        (runner(x) ** 2).sum().backward()
+    for p_eager, p_twin in zip(eager.parameters(), twin.parameters()):
+        torch.testing.assert_close(p_twin.grad, p_eager.grad)
+
+
+def test_random_ops_are_never_recomputed_even_when_listed() -> None:
+    def fn(x, w):
+        return torch.nn.functional.dropout((x @ w).sin(), 0.5).cos().sum()
+
+    program = _partition(min_cut, fn, [torch.randn(8, 8), torch.randn(8, 8, requires_grad=True)],
+                         memory_budget=0.0, recompute=["aten.native_dropout"])
+    recomputed = {op for ops in program.stats["recomputed"].values() for op in ops}
+    assert recomputed and not {op for op in recomputed if "dropout" in op or "rand" in op or "bernoulli" in op}
+
+
+def test_max_saved_gives_the_fastest_plan_within_the_limit_measured_from_outside(tmp_path) -> None:
+    low = _partition(min_cut, _mlp, _mlp_inputs(), memory_budget=0.0).stats["saved_bytes"]
+    high = _partition(min_cut, _mlp, _mlp_inputs()).stats["saved_bytes"]
+    limit = (low + high) // 2
+    program = _partition(min_cut, _mlp, _mlp_inputs(), max_saved=limit)
+    assert low <= program.stats["saved_bytes"] <= limit
+    assert 0 < program.stats["recompute_ms"]
+    compiled = passkit.aot_function(_mlp, pipeline=_pipeline(tmp_path, max_saved=f"{limit / 1024}KiB"))
+    compiled(*_mlp_inputs()).backward()  # compiles outside the hooks
+    measured = _saved_from_outside(lambda: compiled(*_mlp_inputs()).backward())
+    assert measured <= limit
+
+
+def test_an_impossible_max_saved_is_a_one_line_error(tmp_path) -> None:
+    low = _partition(min_cut, _mlp, _mlp_inputs(), memory_budget=0.0).stats["saved_bytes"]
+    with pytest.raises(passkit.PassError) as info:
+        _partition(min_cut, _mlp, _mlp_inputs(), max_saved="1KiB")
+    assert str(info.value) == (
+        f"partition.min_cut: max_saved = '1KiB' cannot be met; the smallest limit this program can meet is "
+        f"{low / 1024:.2f} KiB ({low} bytes)"
+    )
+    path = _pipeline(tmp_path, max_saved="1KiB")
+    with pytest.raises(passkit.PassError) as info:
+        passkit.aot_function(_mlp, pipeline=path)(*_mlp_inputs())
+    assert "\n" not in str(info.value)
+    assert str(info.value).startswith(f"{path}: steps[0] (partition.min_cut) failed: PassError: partition.min_cut: max_saved")
+
+
+def test_file_lists_change_the_saved_set() -> None:
+    base = _partition(min_cut, _mlp, _mlp_inputs(), memory_budget=0.0)
+    assert "aten.sin.default" in _ops(base, "memory_budget")
+    kept = _partition(min_cut, _mlp, _mlp_inputs(), memory_budget=0.0, never_recompute=["aten.sin"])
+    assert "aten.sin.default" not in {op for ops in kept.stats["recomputed"].values() for op in ops}
+    assert kept.stats["activation_bytes"] > 0
+    saved_mm = _partition(min_cut, _mlp, _mlp_inputs(), memory_budget=0.0, save=["aten.mm.default"])
+    assert "aten.mm.default" not in {op for ops in saved_mm.stats["recomputed"].values() for op in ops}
+    assert saved_mm.stats["saved"] > base.stats["saved"]
+    forced = _partition(min_cut, _mlp, _mlp_inputs(), recompute=["aten.tanh"])
+    assert _ops(forced, "recompute") == {"aten.tanh.default"}
+
+
+class _Region(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.region = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.Tanh())
+        self.head = nn.Linear(64, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.run_region(x)).cos()
+
+    def run_region(self, x: torch.Tensor) -> torch.Tensor:
+        return self.region(x)
+
+
+class _CheckpointedRegion(_Region):
+    def run_region(self, x: torch.Tensor) -> torch.Tensor:
+        return checkpoint(self.region, x, use_reentrant=False)
+
+
+def _train(model: nn.Module, pipeline: str | None, x: torch.Tensor):
+    torch._dynamo.reset()
+    runner = model if pipeline is None else passkit.compile(model, pipeline=pipeline)
+    runner(x).sum().backward()  # compiles
+    model.zero_grad()
+    measured = _saved_from_outside(lambda: runner(x).sum().backward())
+    if pipeline is None:
+        return measured, None
+    (report,) = runner.passkit_reports
+    return measured, next(r.stats for r in report.records if r.id.startswith("partition.") and r.status == "ran")
+
+
+def test_checkpoint_tags_and_file_policies_agree_with_torch_utils_checkpoint(tmp_path) -> None:
+    torch.manual_seed(0)
+    plain = _Region()
+    tagged = _CheckpointedRegion()
+    tagged.load_state_dict(plain.state_dict())
+    x = torch.randn(4, 16, requires_grad=True)
+    # Eager checkpointing packs the region's tensors under its own hooks, hidden from ours; torch's
+    # partitioner reads the same tags as passkit's, so its plan is the reference.
+    torch_checkpoint, _ = _train(copy.deepcopy(tagged), _pipeline(tmp_path, "torch", "partition.torch_min_cut"), x)
+    from_tags, tag_stats = _train(copy.deepcopy(tagged), _pipeline(tmp_path, "tags"), x)
+    from_file, file_stats = _train(copy.deepcopy(plain), _pipeline(tmp_path, "file", recompute_modules=["region"]), x)
+    unchecked, plain_stats = _train(copy.deepcopy(plain), _pipeline(tmp_path, "plain"), x)
+    assert set(tag_stats["recomputed"]) >= {"checkpoint"} and "checkpoint" not in file_stats["recomputed"]
+    assert tag_stats["recomputed"]["checkpoint"] == file_stats["recomputed"]["recompute_modules"]
+    assert from_tags == from_file == torch_checkpoint < unchecked
+    assert tag_stats["saved_bytes"] == file_stats["saved_bytes"] < plain_stats["saved_bytes"]
+
+
+def test_the_report_row_names_bytes_count_time_and_rules(tmp_path) -> None:
+    compiled = passkit.aot_function(_mlp, pipeline=_pipeline(tmp_path, memory_budget=0.5, recompute=["aten.tanh"]))
+    compiled(*_mlp_inputs()).backward()
+    (report,) = compiled.passkit_reports
+    row = next(r for r in report.records if r.id == "partition.min_cut")
+    assert list(row.stats) == ["saved", "saved_bytes", "activation_bytes", "recompute_ms", "recomputed"]
+    assert row.stats["recomputed"]["recompute"] == {"aten.tanh.default": 1}
+    assert "saved=" in report.table() and "recomputed={" in report.table()
+
+
+def test_the_profile_estimator_times_each_op_once_and_caches_it() -> None:
+    partition_costs.clear_profile_cache()
+    first = _partition(min_cut, _mlp, _mlp_inputs(), memory_budget=0.5, estimator="profile")
+    measured = partition_costs.profile_cache_size()
+    assert measured > 0
+    again = _partition(min_cut, _mlp, _mlp_inputs(), memory_budget=0.5, estimator="profile")
+    assert partition_costs.profile_cache_size() == measured  # same ops, shapes and device: cache hits
+    assert first.stats["recompute_ms"] == again.stats["recompute_ms"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("memory_budget", 1.5, "memory_budget: must be between 0 and 1"),
+        ("max_saved", "2 parsecs", "max_saved: must be a size such as '2GiB', '512MiB' or a number of bytes, not '2 parsecs'"),
+        ("estimator", "guess", "estimator: Input should be 'flops' or 'profile'"),
+        ("save", ["aten.not_an_op"], "save: no op named 'aten.not_an_op'"),
+        ("never_recompute", ["mm"], "never_recompute: 'mm' is not an op name such as 'aten.mm' or 'aten.mm.default'"),
+    ],
+)
+def test_options_are_validated_with_one_line_errors(tmp_path, option, value, message) -> None:
+    path = _pipeline(tmp_path, **{option: value})
+    with pytest.raises(passkit.PipelineError) as info:
+        passkit.load_pipeline(path)
+    assert str(info.value) == f"{path}: steps[0] (partition.min_cut).{message}"
+
+
+def test_recompute_and_save_of_one_op_is_rejected(tmp_path) -> None:
+    path = _pipeline(tmp_path, recompute=["aten.mm"], save=["aten.mm"])
+    with pytest.raises(passkit.PipelineError) as info:
+        passkit.load_pipeline(path)
+    assert str(info.value) == f"{path}: steps[0] (partition.min_cut): 'aten.mm' is in both recompute and save"
+
+
+def test_symbolic_sizes_use_their_hints() -> None:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(lambda t: t.sin() * 2, tracing_mode="symbolic")(torch.randn(6, 4))
+    sin = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.sin.default)
+    assert isinstance(sin.meta["val"].shape[0], torch.SymInt)
+    assert partition_costs.node_bytes(sin) == 6 * 4 * 4
+    assert partition_costs.estimator_for("flops")(sin) > 0
