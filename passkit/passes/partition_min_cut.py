@@ -239,8 +239,6 @@ def min_cut(program: Program, **values: Any) -> bool:
         forward=forward, required=required, read_by_backward=read, grad_outputs=grads, time_ns={},
         keep=set(rules.keep), must_recompute=set(rules.recompute), must_save=rules.save,
     )
-    problem.must_recompute &= problem.relevant
-    problem.must_save &= problem.relevant
     problem.time_ns.update(
         {n: int(round(estimate(n) * 1e9)) for n in problem.relevant if n in required and n.op == "call_function"}
     )

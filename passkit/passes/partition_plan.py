@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import networkx as nx
-import torch
 from torch.fx import Node
 
 from passkit.passes.partition_costs import node_bytes, storage_root
@@ -70,6 +69,9 @@ class Problem:
 
     def __post_init__(self) -> None:
         self.relevant = _ancestors_within(self.read_by_backward, self.forward)
+        # A multi-output op is saved through its items, so the rule applies to them.
+        self.must_save = {n for n in self.must_save & self.relevant if not _is_multi_output(n)}
+        self.must_recompute &= self.relevant
         self.bytes = {n: node_bytes(n) for n in self.relevant}
         self._plans: dict[tuple[Node, ...], Plan] = {}
 
@@ -189,10 +191,8 @@ def _ancestors_within(roots: Iterable[Node], within: set[Node], stop: set[Node] 
 
 
 def _contradiction(problem: Problem) -> str:
-    clash = [n for n in problem.must_recompute if any(a in problem.keep for a in _free_chain(n))]
-    names = ", ".join(sorted(n.name for n in clash)[:3]) or "?"
+    # Only a value computed straight from a kept multi-output op can be both forced into the
+    # backward and barred from it: the op's items are never recomputed.
+    clash = [n for n in problem.must_recompute if any(a in problem.keep and _is_multi_output(a) for a in n.all_input_nodes)]
+    names = ", ".join(sorted(n.name for n in clash)[:3]) or "a recomputed value"
     return f"recompute rules contradict keep rules (random ops, never_recompute, save) at {names}"
-
-
-def _free_chain(node: Node) -> list[Node]:
-    return [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), (tuple, list, torch.Tensor))]

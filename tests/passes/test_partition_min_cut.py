@@ -152,6 +152,18 @@ def test_file_lists_change_the_saved_set() -> None:
     assert _ops(forced, "recompute") == {"aten.tanh.default"}
 
 
+def test_save_applies_to_each_output_of_a_multi_output_op() -> None:
+    def fn(x, w):
+        return torch.nn.functional.layer_norm(x @ w, (32,)).sin().sum()
+
+    inputs = [torch.randn(8, 16), torch.randn(16, 32, requires_grad=True)]
+    base = _partition(min_cut, fn, inputs, memory_budget=0.0)
+    assert "aten.native_layer_norm.default" in _ops(base, "memory_budget")
+    saved = _partition(min_cut, fn, inputs, memory_budget=0.0, save=["aten.native_layer_norm"])
+    assert "aten.native_layer_norm.default" not in {op for ops in saved.stats["recomputed"].values() for op in ops}
+    assert saved.stats["saved"] > base.stats["saved"]
+
+
 class _Region(nn.Module):
     def __init__(self) -> None:
         super().__init__()
