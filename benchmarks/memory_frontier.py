@@ -23,7 +23,7 @@ Targets: at each budget ``flops`` saves no more bytes than ``torch`` at no more 
 noise), strictly better somewhere; every ``max_saved`` plan measures within its limit.
 
 Run: ``python benchmarks/memory_frontier.py [--models block,convbn,gpt2] [--budgets 0,0.25,0.5,0.75,1]
-[--rounds 5] [--threads 1]``. GPT-2 (transformers' ``GPT2Config()`` defaults, random init,
+[--partitioners torch,flops,profile] [--rounds 7] [--threads 1]``. GPT-2 (transformers' ``GPT2Config()`` defaults, random init,
 batch 1 x 128 tokens) compiles for minutes per contender on a small CPU.
 """
 
@@ -158,16 +158,22 @@ def _grads_equal(a: Contender, b: Contender) -> bool:
     return True
 
 
-def run_workload(name: str, budgets: list[float], rounds: int, directory: Path) -> list[dict[str, Any]]:
+PARTITIONERS = {
+    "torch": ("partition.torch_min_cut", {}),
+    "flops": ("partition.min_cut", {"estimator": "flops"}),
+    "profile": ("partition.min_cut", {"estimator": "profile"}),
+}
+
+
+def run_workload(
+    name: str, budgets: list[float], rounds: int, directory: Path, partitioners: list[str]
+) -> list[dict[str, Any]]:
     factory = WORKLOADS[name]
     print(f"\n== {name}: compiling contenders", flush=True)
     contenders = [_contender("eager", factory, None)]
     for budget in budgets:
-        for label, pass_name, extra in (
-            ("torch", "partition.torch_min_cut", {}),
-            ("flops", "partition.min_cut", {"estimator": "flops"}),
-            ("profile", "partition.min_cut", {"estimator": "profile"}),
-        ):
+        for label in partitioners:
+            pass_name, extra = PARTITIONERS[label]
             tag = f"{label}@{budget:g}"
             path = _pipeline(directory, f"{name}-{label}-{budget:g}", pass_name, memory_budget=budget, **extra)
             contenders.append(_contender(tag, factory, path))
@@ -242,7 +248,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="block,convbn,gpt2")
     parser.add_argument("--budgets", default="0,0.25,0.5,0.75,1")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--partitioners", default="torch,flops,profile")
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -254,7 +261,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as directory:
         for name in args.models.split(","):
-            rows += run_workload(name, budgets, args.rounds, Path(directory))
+            rows += run_workload(name, budgets, args.rounds, Path(directory), args.partitioners.split(","))
     failures = check_targets(rows)
     print("\ntargets: " + ("all met" if not failures else "NOT MET"))
     for failure in failures:
