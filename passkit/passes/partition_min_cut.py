@@ -184,7 +184,8 @@ class _Rules:
         return "free" if free else limited_by
 
 
-def _classify(joint_gm: GraphModule, io: GraphIO) -> tuple[set[Node], set[Node], set[Node], list[Any]]:
+def _classify(joint_gm: GraphModule, io: GraphIO) -> tuple[set[Node], set[Node], set[Node]]:
+    """Forward values, those the forward outputs need, and those the backward reads."""
     placeholders = [n for n in joint_gm.graph.nodes if n.op == "placeholder"]
     tangents = [p for p, d in zip(placeholders, io.inputs) if d.kind == "tangent"]
     output = next(n for n in reversed(joint_gm.graph.nodes) if n.op == "output")
@@ -204,7 +205,7 @@ def _classify(joint_gm: GraphModule, io: GraphIO) -> tuple[set[Node], set[Node],
     grads = list(output.args[0][n_fwd:])
     read = {a for b in backward for a in b.all_input_nodes if a in forward}
     read |= {g for g in grads if isinstance(g, Node) and g in forward}
-    return forward, required, read, grads
+    return forward, required, read
 
 
 def _limit(options: MinCutOptions, smallest: Plan, fastest: Plan) -> tuple[int | None, str]:
@@ -232,11 +233,11 @@ def min_cut(program: Program, **values: Any) -> bool:
     options = MinCutOptions(**values)
     joint_gm = program.graphs["joint"]
     io = program.io("joint")
-    forward, required, read, grads = _classify(joint_gm, io)
+    forward, required, read = _classify(joint_gm, io)
     rules = _Rules(options, forward)
     estimate = estimator_for(options.estimator)
     problem = Problem(
-        forward=forward, required=required, read_by_backward=read, grad_outputs=grads, time_ns={},
+        forward=forward, required=required, read_by_backward=read, time_ns={},
         keep=set(rules.keep), must_recompute=set(rules.recompute), must_save=rules.save,
     )
     problem.time_ns.update(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
 
 import networkx as nx
 from torch.fx import Node
@@ -60,7 +60,6 @@ class Problem:
     """Values the forward outputs need: the forward computes these whatever the plan."""
     read_by_backward: set[Node]
     """Forward values that backward nodes or gradient outputs read directly."""
-    grad_outputs: list[Any]
     time_ns: dict[Node, int]
     keep: set[Node] = field(default_factory=set)
     """Never recomputed (inputs, random ops, ``never_recompute``, ``save``)."""
