@@ -244,6 +244,17 @@ def check_targets(rows: list[dict[str, Any]]) -> list[str]:
     return failures
 
 
+def frontier_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """Torch points that no passkit point (any budget or estimator) matches in bytes and time."""
+    notes = []
+    for workload in sorted({r["workload"] for r in rows}):
+        ours = [r for r in rows if r["workload"] == workload and r["contender"].split("@")[0] in ("flops", "profile")]
+        for theirs in (r for r in rows if r["workload"] == workload and r["contender"].startswith("torch@")):
+            if not any(o["saved_bytes"] <= theirs["saved_bytes"] and o["ratio"] <= theirs["ratio"] * TOLERANCE for o in ours):
+                notes.append(f"{workload} {theirs['contender']}: no passkit plan saves as little as fast")
+    return notes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="block,convbn,gpt2")
@@ -263,6 +274,8 @@ def main() -> int:
         for name in args.models.split(","):
             rows += run_workload(name, budgets, args.rounds, Path(directory), args.partitioners.split(","))
     failures = check_targets(rows)
+    notes = frontier_notes(rows)
+    print("\nfrontier (any budget): " + ("passkit matches or beats every torch point" if not notes else "; ".join(notes)))
     print("\ntargets: " + ("all met" if not failures else "NOT MET"))
     for failure in failures:
         print("  " + failure)
