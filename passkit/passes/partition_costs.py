@@ -133,7 +133,7 @@ class FlopsEstimator(Estimator):
         formula = flop_registry.get(getattr(node.target, "overloadpacket", None))
         if formula is not None:
             try:
-                flops = formula(*args, **kwargs, out_val=out)
+                flops = _hint(formula(*args, **kwargs, out_val=out))
             except Exception:  # a formula that cannot read symbolic shapes: memory-bound instead
                 flops = 0
         return max(flops / peak, moved / bandwidth) + overhead

@@ -259,8 +259,10 @@ def test_recompute_and_save_of_one_op_is_rejected(tmp_path) -> None:
 def test_symbolic_sizes_use_their_hints() -> None:
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    gm = make_fx(lambda t: t.sin() * 2, tracing_mode="symbolic")(torch.randn(6, 4))
-    sin = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.sin.default)
+    gm = make_fx(lambda t, w: (t @ w).sin(), tracing_mode="symbolic")(torch.randn(6, 4), torch.randn(4, 5))
+    mm, sin = (next(n for n in gm.graph.nodes if n.target is op) for op in (torch.ops.aten.mm.default, torch.ops.aten.sin.default))
     assert isinstance(sin.meta["val"].shape[0], torch.SymInt)
-    assert partition_costs.node_bytes(sin) == 6 * 4 * 4
-    assert partition_costs.estimator_for("flops")(sin) > 0
+    assert partition_costs.node_bytes(sin) == 6 * 5 * 4
+    flops = partition_costs.estimator_for("flops")
+    assert flops(mm) > 0 and flops(sin) > 0
+    assert partition_costs.estimator_for("profile")(mm) > 0
