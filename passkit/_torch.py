@@ -164,7 +164,7 @@ def retrace(
     pre_dispatch = keeps_grad_mode_regions(gm)
 
     def interpret(*flat_args: Any) -> Any:
-        return torch.fx.Interpreter(gm).run(*flat_args)
+        return LayoutKeepingInterpreter(gm).run(*flat_args)
 
     if functional:
         new_gm, mutations = functional_trace(
@@ -348,3 +348,56 @@ def no_fake_mode() -> contextlib.AbstractContextManager[Any]:
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     return unset_fake_temporarily()
+
+
+# -- layouts across decompositions ------------------------------------------------------------
+
+
+def _prims_common() -> Any:
+    import torch._prims_common as prims_common
+
+    return prims_common
+
+
+def _is_dense(value: torch.Tensor) -> bool:
+    prims_common = _prims_common()
+    check = getattr(prims_common, "is_non_overlapping_and_dense_or_false", None)
+    if check is None:  # torch 2.11
+        check = prims_common.is_non_overlapping_and_dense
+    return bool(check(value))
+
+
+def with_layout(value: Any, expected: Any) -> Any:
+    """``value`` laid out like ``expected`` (same values), when the two differ and that is possible.
+
+    A decomposition may return a tensor whose strides differ from those of the op it replaces:
+    torch's own for the CPU flash attention lays its output out as (L, N, H, E) where the op
+    returns ``empty_like(query)``. A graph traced before decomposing holds ``view`` nodes that
+    are valid only for the op's own strides, so the decomposed value is re-laid out (permute,
+    contiguous, permute back: Core ATen ops) to the strides the graph recorded.
+    """
+    if not isinstance(value, torch.Tensor) or not isinstance(expected, torch.Tensor):
+        return value
+    if value.dim() != expected.dim() or value.dim() < 2:
+        return value
+    prims_common = _prims_common()
+    same, _ = prims_common.check_significant_strides(value, expected, only_cuda=False)
+    if same or not _is_dense(expected):
+        return value
+    perm, _ = prims_common.compute_elementwise_output_logical_to_physical_perm(expected)
+    inverse = prims_common.invert_perm(perm)
+    relaid = value.permute(perm).contiguous().permute(inverse)
+    return relaid
+
+
+class LayoutKeepingInterpreter(torch.fx.Interpreter):
+    """Run a graph whose nodes carry ``val`` and keep every value's strides as recorded.
+
+    Used when re-tracing through decompositions: see ``with_layout``.
+    """
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        value = super().run_node(n)
+        if n.op == "call_function" and isinstance(value, torch.Tensor):
+            return with_layout(value, n.meta.get("val"))
+        return value
