@@ -106,7 +106,9 @@ def _failure_message(context: StepContext, exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     what = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
     after = f"after: {', '.join(context.previous)}" if context.previous else "first step"
-    return f"{context.label} failed: {what} ({after})"
+    from passkit.failed_node import where_it_failed
+
+    return f"{context.label} failed{where_it_failed(exc)}: {what} ({after})"
 
 
 def _check_requires(pipeline: Pipeline, step: Step, program: Program) -> None:
