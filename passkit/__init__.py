@@ -35,6 +35,7 @@ __all__ = [
     "graph_pass",
     "hookimpl",
     "load_pipeline",
+    "reports",
     "__version__",
 ]
 
@@ -45,6 +46,7 @@ _LAZY = {
     "aot_module": "passkit.api",
     "load_pipeline": "passkit.api",
     "Pipeline": "passkit.pipeline",
+    "reports": "passkit.compile_options",
 }
 
 

@@ -401,3 +401,28 @@ class LayoutKeepingInterpreter(torch.fx.Interpreter):
         if n.op == "call_function" and isinstance(value, torch.Tensor):
             return with_layout(value, n.meta.get("val"))
         return value
+
+
+# -- symbolic sizes -----------------------------------------------------------------------------
+
+
+def is_symbolic(value: Any) -> bool:
+    """A ``SymInt``/``SymFloat``/``SymBool``: a size Dynamo left symbolic."""
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def has_symbolic_sizes(values: Sequence[Any]) -> bool:
+    """Whether any value is a symbol, or a tensor with a symbolic size, stride or offset."""
+    for value in values:
+        if is_symbolic(value):
+            return True
+        if isinstance(value, torch.Tensor) and any(is_symbolic(d) for d in (*value.shape, *value.stride())):
+            return True
+    return False
+
+
+def concrete(value: Any) -> Any:
+    """The value a symbol stands for in this call (its hint), without adding a guard."""
+    if is_symbolic(value):
+        return value.node.hint
+    return value

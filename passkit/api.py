@@ -13,8 +13,10 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.fx import GraphModule
 
+from passkit import _torch
 from passkit._torch import pytree
 from passkit.capture import program_from_function, program_from_graph
+from passkit.compile_options import apply_mode, record_report, split_options, warn_at_recompile_limit
 from passkit.errors import PasskitError
 from passkit.program import Program
 from passkit.report import Report, StepRecord
@@ -78,10 +80,12 @@ def compile_program(
     from passkit.registry import get_registry
     from passkit.runner import run_pipeline
 
+    real_inputs = [_torch.concrete(x) for x in real_inputs]
     reference = Reference(program, real_inputs) if pipeline.settings.verify == "numerics" else None
     report = run_pipeline(
         pipeline, program, pm=get_plugin_manager(), registry=get_registry(), reference=reference, progress=progress
     )
+    record_report(report)
     if reports is not None:
         report.graph = f"graph {len(reports) + 1}, {'training' if program.training else 'inference'}"
         reports.append(report)
@@ -116,24 +120,12 @@ def _raise_when_called(exc: Exception) -> Callable[..., Any]:
     return raiser
 
 
-DYNAMIC_SHAPES_ERROR = (
-    "passkit: dynamic shapes are not supported yet (Dynamo passed symbolic sizes after a shape "
-    "change); use torch.compile(..., dynamic=False) or passkit.compile, which compile each shape"
-)
-
-
-def _is_dynamic(gm: GraphModule, example_inputs: Sequence[Any]) -> bool:
-    if any(isinstance(x, torch.SymInt) for x in example_inputs):
-        return True
-    for node in gm.graph.nodes:
-        value = node.meta.get("example_value") if node.op == "placeholder" else None
-        if isinstance(value, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in value.shape):
-            return True
-    return False
-
-
 class PasskitBackend:
-    """A ``torch.compile`` backend that runs one pipeline; keeps one report per graph."""
+    """A ``torch.compile`` backend that runs one pipeline; keeps one report per graph.
+
+    ``torch.compile``'s ``mode`` and ``options`` arrive as keyword arguments (see
+    ``passkit.compile_options``); each distinct pair resolves its pipeline once.
+    """
 
     def __init__(self, pipeline: Any = DEFAULT_PIPELINE, progress: Progress | None = None, **settings: Any) -> None:
         self._pipeline_arg = pipeline
@@ -142,6 +134,7 @@ class PasskitBackend:
         self.progress = progress
         self.reports: list[Report] = []
         self.programs: list[Program] = []
+        self._variants: dict[Any, Any] = {}
 
     @property
     def pipeline(self) -> Any:
@@ -149,12 +142,35 @@ class PasskitBackend:
             self._pipeline = _resolve(self._pipeline_arg, self._settings)
         return self._pipeline
 
-    def __call__(self, gm: GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        pipeline = self.pipeline
+    def pipeline_for(self, mode: str | None = None, options: dict[str, Any] | None = None) -> Any:
+        """The pipeline for one ``torch.compile(mode=..., options=...)`` combination."""
+        if not mode and not options:
+            return self.pipeline
+        key = (mode, repr(sorted((options or {}).items())))
+        if key not in self._variants:
+            pipeline_arg, settings = split_options(options)
+            base = (
+                self.pipeline
+                if pipeline_arg is None and not settings
+                else _resolve(pipeline_arg or self._pipeline_arg, {**self._settings, **settings})
+            )
+            self._variants[key] = apply_mode(base, mode)
+        return self._variants[key]
+
+    def __call__(
+        self,
+        gm: GraphModule,
+        example_inputs: Sequence[Any],
+        mode: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> Callable[..., Any]:
+        warn_at_recompile_limit()
+        try:
+            pipeline = self.pipeline_for(mode, options)
+        except Exception as exc:  # noqa: BLE001 - a bad pipeline or option is passkit's one-line error
+            return _raise_when_called(exc)
         fallback = _Fallback(pipeline)
         try:
-            if _is_dynamic(gm, example_inputs):
-                raise PasskitError(DYNAMIC_SHAPES_ERROR)
             program = program_from_graph(gm, list(example_inputs))
             self.programs.append(program)
             return compile_program(program, example_inputs, pipeline, reports=self.reports, progress=self.progress)
@@ -166,13 +182,18 @@ class PasskitBackend:
 
 
 def backend(pipeline: Any = DEFAULT_PIPELINE, **settings: Any) -> PasskitBackend:
-    """A ``torch.compile`` backend running ``pipeline`` (a name, a ``.toml`` path or a Pipeline)."""
-    return PasskitBackend(pipeline, **settings)
+    """A ``torch.compile`` backend running ``pipeline`` (a name, a ``.toml`` path or a Pipeline).
+
+    The pipeline is loaded and validated now, so a bad file fails here, not at the first call.
+    """
+    compiled_backend = PasskitBackend(pipeline, **settings)
+    compiled_backend.pipeline  # noqa: B018
+    return compiled_backend
 
 
-def dynamo_backend(gm: GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-    """``torch.compile(m, backend="passkit")``: the default pipeline."""
-    return _default_backend()(gm, example_inputs)
+def dynamo_backend(gm: GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
+    """``torch.compile(m, backend="passkit", mode=..., options=...)``: the default pipeline."""
+    return _default_backend()(gm, example_inputs, **kwargs)
 
 
 _DEFAULT: list[PasskitBackend] = []
@@ -184,14 +205,24 @@ def _default_backend() -> PasskitBackend:
     return _DEFAULT[0]
 
 
-def compile(model_or_fn: Any, pipeline: Any = DEFAULT_PIPELINE, *, progress: Progress | None = None, **settings: Any) -> Any:
+def compile(
+    model_or_fn: Any,
+    pipeline: Any = DEFAULT_PIPELINE,
+    *,
+    dynamic: bool | None = None,
+    progress: Progress | None = None,
+    **settings: Any,
+) -> Any:
     """Compile a module or function through Dynamo with ``pipeline``.
 
-    The result has ``passkit_reports``: one ``Report`` per graph Dynamo captured.
+    ``dynamic`` means what it means to ``torch.compile``: ``None`` compiles the first shapes
+    statically and recompiles once with symbolic sizes for those that change; ``True`` makes
+    sizes symbolic from the start; ``False`` compiles every new shape. The result has
+    ``passkit_reports``: one ``Report`` per graph Dynamo captured.
     """
     compiled_backend = PasskitBackend(pipeline, progress=progress, **settings)
     compiled_backend.pipeline  # validate the file now, not at the first call  # noqa: B018
-    compiled = torch.compile(model_or_fn, backend=compiled_backend, dynamic=False)
+    compiled = torch.compile(model_or_fn, backend=compiled_backend, dynamic=dynamic)
     compiled.passkit_reports = compiled_backend.reports
     compiled.passkit_backend = compiled_backend
     return compiled

@@ -40,7 +40,7 @@ def _traced_values(gm: GraphModule) -> tuple[list[Any], list[Any]] | None:
 
 
 def _run_on_fresh_fakes(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-    mode = _torch.new_fake_mode()
+    mode = _torch.fake_mode_of(real_inputs) or _torch.new_fake_mode()
     fresh = [_torch.fakify(mode, x) for x in real_inputs]
     with mode:
         outs = gm(*fresh)
@@ -120,13 +120,28 @@ def _inline_checkpoint_regions(gm: GraphModule) -> int:
     return len(regions)
 
 
+def _fake_inputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[Any], Any]:
+    """Fake twins of the inputs, in the fake mode they came from when there is one.
+
+    Dynamo's graphs with symbolic sizes are traced on Dynamo's own fakes (their sizes are
+    symbols of its shape environment), and inputs that are already fake (Dynamo's DDP
+    optimizer hands each piece the previous piece's fake outputs) keep their mode: one program
+    never mixes fake modes.
+    """
+    traced = _traced_values(gm)
+    if traced is not None and _torch.has_symbolic_sizes(traced[0]):
+        fakes = list(traced[0])
+        return fakes, _torch.fake_mode_of(fakes)
+    fake_mode = _torch.fake_mode_of(real_inputs) or _torch.new_fake_mode()
+    return [_torch.fakify(fake_mode, x) for x in real_inputs], fake_mode
+
+
 def program_from_graph(
     gm: GraphModule, real_inputs: Sequence[Any], *, kinds: Sequence[str] | None = None
 ) -> Program:
     """Build a ``Program`` whose ``main`` is ``gm`` (Dynamo's graph or a captured trace)."""
     _inline_checkpoint_regions(gm)
-    fake_mode = _torch.new_fake_mode()
-    fakes = [_torch.fakify(fake_mode, x) for x in real_inputs]
+    fakes, fake_mode = _fake_inputs(gm, real_inputs)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(real_inputs):
         raise ValueError(f"graph has {len(placeholders)} inputs but {len(real_inputs)} example inputs were given")

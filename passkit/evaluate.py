@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import torch
 
+from passkit._torch import concrete
 from passkit.autodiff import JointPlan, make_joint_fn
 from passkit.compare import compare_values
 from passkit.program import Program
@@ -122,7 +123,7 @@ def _observe_joint(program: Program, clones: list[Any], leaves: list[Any]) -> Ob
     placeholders = [n for n in program.graphs["joint"].graph.nodes if n.op == "placeholder"]
     shapes = {d.index: p.meta["val"] for p, d in zip(placeholders, io.inputs) if d.kind == "tangent"}
     with torch.no_grad():
-        probe = {k: torch.zeros(v.shape, dtype=v.dtype) for k, v in shapes.items()}
+        probe = {k: torch.zeros([concrete(d) for d in v.shape], dtype=v.dtype) for k, v in shapes.items()}
         tangents = _tangents_for(program, io.outputs[:n_fwd], diff, probe)
         results = list(fn(*primals, *tangents))
     grad_targets = [d.index for d in io.outputs[n_fwd:]]

@@ -80,21 +80,26 @@ def test_graph_breaks_get_one_report_each() -> None:
     assert len(compiled.passkit_reports) == 2
 
 
-def test_dynamic_shapes_are_a_clear_error() -> None:
-    from passkit.api import DYNAMIC_SHAPES_ERROR
-
+def test_a_changing_size_compiles_once_statically_then_once_symbolically() -> None:
     compiled = torch.compile(lambda x: x.sin() * 2, backend="passkit")
-    torch.testing.assert_close(compiled(torch.ones(3)), torch.ones(3).sin() * 2)
-    with pytest.raises(passkit.PasskitError) as info:
-        compiled(torch.ones(4))
-    assert str(info.value) == DYNAMIC_SHAPES_ERROR
+    before = len(passkit.reports())
+    for n in (3, 4, 5, 6):
+        torch.testing.assert_close(compiled(torch.ones(n)), torch.ones(n).sin() * 2)
+    assert len(passkit.reports()) - before == 2
 
 
-def test_passkit_compile_compiles_each_shape() -> None:
-    compiled = passkit.compile(lambda x: x.sin() * 2)
+def test_passkit_compile_with_dynamic_false_compiles_each_shape() -> None:
+    compiled = passkit.compile(lambda x: x.sin() * 2, dynamic=False)
     for n in (3, 4, 5):
         torch.testing.assert_close(compiled(torch.ones(n)), torch.ones(n).sin() * 2)
     assert len(compiled.passkit_reports) == 3
+
+
+def test_passkit_compile_defaults_to_torch_compiles_dynamic_none() -> None:
+    compiled = passkit.compile(lambda x: x.sin() * 2)
+    for n in (3, 4, 5):
+        torch.testing.assert_close(compiled(torch.ones(n)), torch.ones(n).sin() * 2)
+    assert len(compiled.passkit_reports) == 2
 
 
 def test_aot_function_takes_pytrees_and_keyword_arguments() -> None:
