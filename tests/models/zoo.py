@@ -34,13 +34,13 @@ def _causal_lm(batch: int) -> dict[str, Any]:
 def _gpt2() -> torch.nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    return GPT2LMHeadModel(GPT2Config(vocab_size=96, n_positions=32, n_embd=32, n_layer=2, n_head=4))
+    return GPT2LMHeadModel(GPT2Config(vocab_size=96, n_positions=32, n_embd=32, n_layer=1, n_head=4))
 
 
 def _bert() -> torch.nn.Module:
     from transformers import BertConfig, BertForMaskedLM
 
-    return BertForMaskedLM(BertConfig(**TEXT, num_hidden_layers=2, max_position_embeddings=32))
+    return BertForMaskedLM(BertConfig(**TEXT, num_hidden_layers=1, max_position_embeddings=32))
 
 
 def _bert_inputs(batch: int) -> dict[str, Any]:
@@ -54,7 +54,7 @@ def _llama() -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     return LlamaForCausalLM(
-        LlamaConfig(**TEXT, num_hidden_layers=2, num_key_value_heads=2, max_position_embeddings=32)
+        LlamaConfig(**TEXT, num_hidden_layers=1, num_key_value_heads=2, max_position_embeddings=32)
     )
 
 
@@ -62,7 +62,7 @@ def _qwen2() -> torch.nn.Module:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     return Qwen2ForCausalLM(
-        Qwen2Config(**TEXT, num_hidden_layers=2, num_key_value_heads=2, max_position_embeddings=32)
+        Qwen2Config(**TEXT, num_hidden_layers=1, num_key_value_heads=2, max_position_embeddings=32)
     )
 
 
@@ -70,7 +70,7 @@ def _t5() -> torch.nn.Module:
     from transformers import T5Config, T5ForConditionalGeneration
 
     return T5ForConditionalGeneration(
-        T5Config(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=0)
+        T5Config(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4, decoder_start_token_id=0)
     )
 
 
@@ -82,7 +82,7 @@ def _vit() -> torch.nn.Module:
     from transformers import ViTConfig, ViTForImageClassification
 
     return ViTForImageClassification(
-        ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
                   image_size=16, patch_size=4, num_labels=5)
     )
 

@@ -1,9 +1,10 @@
-"""Compiled training under DistributedDataParallel gives eager DDP's gradients.
+"""Compiled training under DDP and FSDP2 gives the eager wrapper's gradients.
 
 Two gloo ranks on the CPU; ``bucket_cap_mb`` is small enough that Dynamo's DDP optimizer splits
 the two-block model into several graphs, each compiled by passkit on the fake outputs of the
 piece before it. Parameters stay graph inputs: a later optimizer step changes what the compiled
-model computes.
+model computes. FSDP2 (``fully_shard`` per block, gloo on the CPU) is compared the same way on
+the full gradients.
 """
 
 from __future__ import annotations
@@ -39,7 +40,21 @@ def _model() -> nn.Module:
     return nn.Sequential(Block(DIM, 4), Block(DIM, 4), nn.Linear(DIM, 8))
 
 
-def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
+def _wrap(model: nn.Module, wrapper: str) -> nn.Module:
+    if wrapper == "ddp":
+        return nn.parallel.DistributedDataParallel(model, bucket_cap_mb=BUCKET_MB)
+    from torch.distributed.fsdp import fully_shard
+
+    for block in model[:2]:
+        fully_shard(block)
+    return fully_shard(model)
+
+
+def _full(grad: torch.Tensor) -> torch.Tensor:
+    return grad.full_tensor() if hasattr(grad, "full_tensor") else grad.clone()
+
+
+def _rank_main(rank: int, world: int, port: int, out_dir: str, wrapper: str) -> None:
     import passkit
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -47,8 +62,7 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
     try:
         torch.set_num_threads(1)
         base = _model()
-        eager = nn.parallel.DistributedDataParallel(copy.deepcopy(base), bucket_cap_mb=BUCKET_MB)
-        twin = nn.parallel.DistributedDataParallel(copy.deepcopy(base), bucket_cap_mb=BUCKET_MB)
+        eager, twin = _wrap(copy.deepcopy(base), wrapper), _wrap(copy.deepcopy(base), wrapper)
         backend = passkit.backend("training-python")
         compiled = torch.compile(twin, backend=backend)
         results = {"graphs": 0, "steps": []}
@@ -60,7 +74,7 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
                 optimizer.zero_grad()
                 out = runner(x)
                 out.square().mean().backward()
-                grads = [p.grad.clone() for p in model.parameters()]
+                grads = [_full(p.grad) for p in model.parameters()]
                 results["steps"].append((out.detach(), grads))
                 optimizer.step()
         results["graphs"] = len(backend.reports)
@@ -70,12 +84,14 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def test_ddp_compiled_training_matches_eager_ddp(tmp_path) -> None:
+@pytest.mark.parametrize("wrapper", ["ddp", "fsdp2"])
+def test_compiled_training_matches_the_eager_wrapper(tmp_path, wrapper: str) -> None:
     world = 2
-    mp.spawn(_rank_main, args=(world, _free_port(), str(tmp_path)), nprocs=world, join=True)
+    mp.spawn(_rank_main, args=(world, _free_port(), str(tmp_path), wrapper), nprocs=world, join=True)
     for rank in range(world):
         results = torch.load(tmp_path / f"rank{rank}.pt")
-        assert results["graphs"] >= 2, "the DDP optimizer should have split the model into several graphs"
+        if wrapper == "ddp":
+            assert results["graphs"] >= 2, "the DDP optimizer should have split the model into several graphs"
         assert all("joint" in ran and "codegen.python" in ran for ran in results["ran"])
         steps = results["steps"]
         for step in range(0, len(steps), 2):
