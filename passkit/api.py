@@ -148,7 +148,7 @@ class PasskitBackend:
             return self.pipeline
         key = (mode, repr(sorted((options or {}).items())))
         if key not in self._variants:
-            pipeline_arg, settings = split_options(options)
+            pipeline_arg, settings = split_options(options, list(type(self.pipeline.settings).model_fields))
             base = (
                 self.pipeline
                 if pipeline_arg is None and not settings

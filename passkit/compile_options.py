@@ -30,21 +30,17 @@ __all__ = [
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
-def _setting_names() -> list[str]:
-    from passkit.pipeline.model import Settings
+def split_options(options: Mapping[str, Any] | None, setting_names: list[str]) -> tuple[Any, dict[str, Any]]:
+    """``options`` as ``(pipeline or None, settings)``; an unknown key is a one-line error.
 
-    return list(Settings.model_fields)
-
-
-def split_options(options: Mapping[str, Any] | None) -> tuple[Any, dict[str, Any]]:
-    """``options`` as ``(pipeline or None, settings)``; an unknown key is a one-line error."""
+    ``setting_names`` are the keys of the pipeline's settings model (plugins may add some).
+    """
     options = dict(options or {})
     pipeline = options.pop("pipeline", None)
-    known = _setting_names()
     for key in options:
-        if key not in known:
+        if key not in setting_names:
             raise PasskitError(
-                f"passkit: torch.compile options: unknown key {key!r} (keys: pipeline, {', '.join(known)})"
+                f"passkit: torch.compile options: unknown key {key!r} (keys: pipeline, {', '.join(setting_names)})"
             )
     return pipeline, options
 

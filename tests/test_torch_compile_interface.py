@@ -30,9 +30,7 @@ def test_every_torch_compile_mode_is_accepted(mode: str) -> None:
 
 def test_mode_reaches_a_codegen_pass_that_takes_it() -> None:
     from passkit.compile_options import apply_mode
-    from passkit.pipeline import load_pipeline
-
-    base = load_pipeline("training-python")
+    base = passkit.load_pipeline("training-python")
     assert apply_mode(base, "max-autotune") == base  # codegen.python has nothing to tune
     with pytest.raises(passkit.PasskitError) as info:
         apply_mode(base, "fastest")
