@@ -107,3 +107,26 @@ def test_a_size_passed_as_an_argument_is_a_graph_input() -> None:
     assert len(compiled.passkit_reports) == 2
     symbolic = compiled.passkit_backend.programs[-1]
     assert any(not info.is_tensor for info in symbolic.signature.inputs)  # SymInt inputs
+
+
+class _SdpaBlock(nn.Module):
+    """Attention as Hugging Face writes it: (B, T, H, D) views transposed into SDPA."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv, self.out = nn.Linear(32, 96), nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = (y.view(b, t, 4, 8).transpose(1, 2) for y in self.qkv(x).chunk(3, dim=-1))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(b, t, c))
+
+
+def test_symbolic_sizes_through_a_lowered_sdpa(tmp_path) -> None:
+    torch.manual_seed(0)
+    model = _SdpaBlock()
+    twin = copy.deepcopy(model)
+    compiled = passkit.compile(twin, pipeline=_pipeline(tmp_path, "facts"), dynamic=True)
+    _assert_steps_match_eager(model, compiled, [3, 2, 4])
+    assert len(compiled.passkit_reports) == 2
