@@ -156,3 +156,14 @@ def test_aot_module_lowers_sdpa_with_transposed_queries(tmp_path) -> None:
     compiled = passkit.aot_module(copy.deepcopy(model), pipeline=_pipeline("lower-all", tmp_path))
     x = torch.randn(2, 8, 32)
     torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_the_python_pipeline_keeps_the_cpu_flash_attention_whole() -> None:
+    torch.manual_seed(0)
+    model = Attention("causal")
+    compiled = compiled_module(copy.deepcopy(model), pipeline="training-python")
+    compiled(torch.randn(2, 8, 32)).sum().backward()
+    program = compiled.passkit_backend.programs[0]
+    ops = {str(n.target) for gm in program.graphs.values() for n in gm.graph.nodes}
+    assert "aten._scaled_dot_product_flash_attention_for_cpu.default" in ops
+    assert "aten._scaled_dot_product_flash_attention_for_cpu_backward.default" in ops
