@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from passkit import facts as fact_rules
 from passkit.errors import PassError, PipelineError, VerificationError
+from passkit.failed_node import where_it_failed
 from passkit.hookspecs import StepContext
 from passkit.report import Report, StepRecord
 
@@ -106,8 +107,6 @@ def _failure_message(context: StepContext, exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     what = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
     after = f"after: {', '.join(context.previous)}" if context.previous else "first step"
-    from passkit.failed_node import where_it_failed
-
     return f"{context.label} failed{where_it_failed(exc)}: {what} ({after})"
 
 
