@@ -384,10 +384,11 @@ def with_layout(value: Any, expected: Any) -> Any:
     same, _ = prims_common.check_significant_strides(value, expected, only_cuda=False)
     if same or not _is_dense(expected):
         return value
-    perm, _ = prims_common.compute_elementwise_output_logical_to_physical_perm(expected)
+    perm = prims_common.compute_elementwise_output_logical_to_physical_perm(expected)
+    if isinstance(perm, tuple):  # (perm, ambiguous) since torch 2.6; a bare list before
+        perm = perm[0]
     inverse = prims_common.invert_perm(perm)
-    relaid = value.permute(perm).contiguous().permute(inverse)
-    return relaid
+    return value.permute(perm).contiguous().permute(inverse)
 
 
 class LayoutKeepingInterpreter(torch.fx.Interpreter):
