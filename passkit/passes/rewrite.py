@@ -20,20 +20,52 @@ from typing import Any
 
 import pydantic
 
+from passkit import _torch
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
+from passkit.patterns.sets import BUILTIN_SETS
 from passkit.program import Program
 
 __all__ = ["rewrite", "RewriteOptions", "resolve_pattern_set", "stage_of"]
 
 
+class PatternSetName(str):
+    """A pattern set's name, carrying what the registry resolved it to."""
+
+    registered: Any
+
+
 class RewriteOptions(pydantic.BaseModel):
+    """``patterns`` are checked against the registry in the validation context (the one the
+    pipeline loads with), so a misspelt set fails when the file loads; without one, only the
+    built-in sets are known."""
+
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
     patterns: list[str] = pydantic.Field(min_length=1)
     expect_match: bool | list[str] = False
     graphs: list[str] | None = None
     max_applications: int = pydantic.Field(default=1000, ge=1)
+
+    @pydantic.field_validator("patterns", mode="after")
+    @classmethod
+    def _known_sets(cls, names: list[str], info: pydantic.ValidationInfo) -> list[str]:
+        registry = (info.context or {}).get("registry")
+        registered = registry.patterns if registry is not None else BUILTIN_SETS
+        resolved = []
+        for name in names:
+            if name not in registered:
+                raise ValueError(_unknown(name, registered))
+            set_name = PatternSetName(name)
+            set_name.registered = registered[name]
+            resolved.append(set_name)
+        return resolved
+
+
+def _unknown(name: str, known: Any) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(sorted(known)) or 'none'})"
+    return f"unknown pattern set {name!r}{hint}"
 
 
 def stage_of(program: Program) -> str:
@@ -46,19 +78,17 @@ def stage_of(program: Program) -> str:
 
 
 def resolve_pattern_set(name: str, registry: Any = None) -> Any:
-    """The ``PatternSet`` registered as ``name``; ValueError with a did-you-mean otherwise."""
+    """The ``PatternSet`` registered as ``name`` (in ``registry``, or among the built-ins; a
+    name from validated options carries its own); ValueError with a did-you-mean otherwise."""
     from passkit.patterns import Pattern, PatternSet
 
-    if registry is None:
-        from passkit.registry import get_registry
-
-        registry = get_registry()
-    known = registry.patterns
-    if name not in known:
-        close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(sorted(known)) or 'none'})"
-        raise ValueError(f"unknown pattern set {name!r}{hint}")
-    value = known[name]
+    if isinstance(name, PatternSetName):
+        value = name.registered
+    else:
+        known = registry.patterns if registry is not None else BUILTIN_SETS
+        if name not in known:
+            raise ValueError(_unknown(name, known))
+        value = known[name]
     if callable(value) and not isinstance(value, (PatternSet, Pattern)):
         value = value()
     description = ""
@@ -81,8 +111,8 @@ def rewrite(
     from passkit.patterns import Applied, apply_patterns
     from passkit.patterns.driver import expect_match as require
 
-    sets = [resolve_pattern_set(name) for name in patterns]
-    canonical = program.notes.get("target_opset")
+    sets = [resolve_pattern_set(name) for name in patterns]  # names carry their registered sets
+    canonical = program.target_opset
     applied = Applied()
     for graph_name in graphs if graphs is not None else list(program.graphs):
         if graph_name not in program.graphs:
@@ -104,14 +134,28 @@ def rewrite(
 def _keep_replacement_ops(program: Program, sets: list[Any], applied: Any) -> None:
     """Tell later lowering (``joint`` re-traces through the decompose table) to keep what the
     applied replacements introduced, or it would lower them straight back."""
-    target = program.notes.get("target_opset")
+    target = program.target_opset
     if target is None or not applied.total:
         return
     wanted = [op for s in sets for p in s.patterns if applied.counts.get(p.name) for op in p.keep]
     extra = tuple(op for op in dict.fromkeys(wanted) if op not in target.keep)
-    if extra:
-        program.notes["target_opset"] = dataclasses.replace(target, keep=target.keep + extra)
-        program.record_stat("kept_ops", len(extra))
+    if not extra:
+        return
+    ops = {overload for name in extra for overload in _overloads(name)}
+    program.target_opset = dataclasses.replace(
+        target,
+        keep=target.keep + extra,
+        table={op: fn for op, fn in target.table.items() if op not in ops},
+        kept=frozenset(target.kept) | ops,
+    )
+    program.record_stat("kept_ops", len(extra))
+
+
+def _overloads(name: str) -> list[Any]:
+    from passkit.passes.decompose import resolve_op
+
+    op = resolve_op(name)
+    return [getattr(op, n) for n in op.overloads()] if isinstance(op, _torch.OpOverloadPacket) else [op]
 
 
 @hookimpl
@@ -121,6 +165,4 @@ def passkit_register_passes() -> list:
 
 @hookimpl
 def passkit_register_patterns() -> dict[str, Any]:
-    from passkit.patterns.sets import BUILTIN_SETS
-
     return dict(BUILTIN_SETS)

@@ -53,12 +53,13 @@ class TracedSearch:
     where: tuple[tuple[str, Where], ...] = ()
 
     def lower(self, canonical: Any = None) -> tuple[Op, ...]:
-        """The search roots as ``Op`` trees, traced through ``canonical.table()`` if given."""
+        """The search roots as ``Op`` trees, traced through ``canonical.table`` (a program's
+        ``TargetOpset``) if given."""
         key = (self, canonical)
         with _lock:
             cached = _LOWERED.get(key)
         if cached is None:
-            table = canonical.table() if canonical is not None else None
+            table = dict(canonical.table) if canonical is not None else None
             cached = _lower(self, table)
             with _lock:
                 _LOWERED[key] = cached
