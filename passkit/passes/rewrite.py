@@ -117,9 +117,7 @@ def rewrite(
     for graph_name in graphs if graphs is not None else list(program.graphs):
         if graph_name not in program.graphs:
             raise ValueError(f"no graph {graph_name!r} (graphs: {', '.join(program.graphs)})")
-        applied.merge(
-            apply_patterns(program.graphs[graph_name], sets, canonical=canonical, max_applications=max_applications)
-        )
+        applied.merge(_apply_checked(program, graph_name, sets, canonical, max_applications))
     program.record_stat("stage", stage_of(program))
     program.record_stat("rewrites", applied.total)
     program.record_stat("applied", dict(sorted(applied.counts.items())))
@@ -129,6 +127,37 @@ def rewrite(
     if expect_match:
         require(applied, patterns if expect_match is True else expect_match)
     return applied.total > 0
+
+
+def _apply_checked(program: Program, name: str, sets: list[Any], canonical: Any, max_applications: int) -> Any:
+    """Apply the sets to one graph. When a replacement changed strides (``gemm``'s split
+    parts), re-derive every node's ``meta["val"]`` on fake tensors; if a later op cannot take
+    the new layout, put the graph back as it was and report the rewrites as refused."""
+    from passkit.patterns import Applied, apply_patterns
+
+    gm = program.graphs[name]
+    backup = _copy_graph(gm.graph)
+    applied = apply_patterns(gm, sets, canonical=canonical, max_applications=max_applications)
+    if not applied.relayout:
+        return applied
+    error = _torch.propagate_fake_values(gm)
+    if error is None:
+        return applied
+    gm.graph = backup
+    gm.recompile()
+    undone = Applied()
+    for pattern_name, count in applied.counts.items():
+        undone.refused[f"{pattern_name}: later ops need the old layout ({error})"] += count
+    return undone
+
+
+def _copy_graph(graph: Any) -> Any:
+    import torch.fx
+
+    copy = torch.fx.Graph()
+    copy.output(copy.graph_copy(graph, {}))
+    copy._codegen = graph._codegen
+    return copy
 
 
 def _keep_replacement_ops(program: Program, sets: list[Any], applied: Any) -> None:

@@ -39,10 +39,13 @@ class Applied:
 
     counts: Counter = field(default_factory=Counter)
     refused: Counter = field(default_factory=Counter)  # "pattern: reason" -> count
+    # A replacement changed an output's strides: later nodes' meta["val"] must be re-derived.
+    relayout: bool = False
 
     def merge(self, other: Applied) -> None:
         self.counts.update(other.counts)
         self.refused.update(other.refused)
+        self.relayout |= other.relayout
 
     @property
     def total(self) -> int:
@@ -166,12 +169,14 @@ def _apply_at(
         reason = refusal(match, order)
         if reason is None and should_apply is not None and not should_apply(match):
             reason = "vetoed"
-        if reason is None and not apply_replacement(gm, match):
+        done = apply_replacement(gm, match) if reason is None else False
+        if reason is None and not done:
             reason = "replacement does not fit"
         if reason is not None:
             applied.refused[f"{pattern.name}: {reason}"] += 1
             continue
         applied.counts[pattern.name] += 1
+        applied.relayout |= done == "relayout"
         return True
     return False
 

@@ -93,8 +93,12 @@ def _insertion_point(match: Match, order: dict[Node, int]) -> Node | None:
     return anchor.next if order[anchor] < earliest_use else None
 
 
-def apply_replacement(gm: GraphModule, match: Match) -> bool:
-    """Replace ``match`` in ``gm``; False (graph untouched) if it cannot be placed or checked."""
+def apply_replacement(gm: GraphModule, match: Match) -> bool | str:
+    """Replace ``match`` in ``gm``; False (graph untouched) if it cannot be placed or checked.
+
+    Returns ``"relayout"`` instead of True when an output has other strides than what it
+    replaces: later nodes' metadata is then stale, and the caller must re-derive it.
+    """
     order = {node: i for i, node in enumerate(gm.graph.nodes)}
     before = _insertion_point(match, order)
     if before is None:
@@ -112,12 +116,20 @@ def apply_replacement(gm: GraphModule, match: Match) -> bool:
             if not node.users:
                 gm.graph.erase_node(node)
         return False
+    relayout = any(not _same_strides(o, r) for o, r in zip(outs, match.roots))
     for out, root in zip(outs, match.roots):
         root.replace_all_uses_with(out)
     inside = set(match.nodes)
     for node in reversed(list(gm.graph.nodes)):
         if node in inside and not node.users:
             gm.graph.erase_node(node)
+    return "relayout" if relayout else True
+
+
+def _same_strides(new: Any, old: Node) -> bool:
+    a, b = _val(new), old.meta.get("val")
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.stride() == b.stride()
     return True
 
 

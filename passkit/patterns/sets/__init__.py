@@ -32,9 +32,16 @@ def _constant_fold() -> Any:
     return constant_fold_set()
 
 
+def _gemm() -> Any:
+    from passkit.patterns.sets.gemm import gemm_set
+
+    return gemm_set()
+
+
 BUILTIN_SETS: dict[str, Callable[[], Any]] = {
     "attention": _attention,
     "noops": _noops,
     "conv_bn": _conv_bn,
     "constant_fold": _constant_fold,
+    "gemm": _gemm,
 }
