@@ -25,7 +25,7 @@ def with_noops(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def _rewrite_record(compiled):
-    return next(r for r in compiled.passkit_reports[0].records if r.pass_name == "rewrite")
+    return next(r for r in compiled.passkit_reports[0].records if r.id == "rewrite")
 
 
 def test_pre_grad_rewrite_counts_applications_and_keeps_numerics(tmp_path) -> None:

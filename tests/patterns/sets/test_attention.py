@@ -85,12 +85,9 @@ def test_softmax_over_another_dim_is_not_attention() -> None:
         assert_pattern_matches("attention", wrong_dim, *_qkv())
 
 
-def _attention_pipeline(tmp_path, base: str = "training-python") -> str:
-    path = tmp_path / "attention.toml"
-    path.write_text(
-        f'[pipeline]\nname = "attention"\nextends = "{base}"\n\n[settings]\nverify = "facts"\n\n'
-        '[[steps]]\npass = "rewrite"\npatterns = ["attention"]\nexpect_match = true\nafter = "decompose"\n'
-    )
+def _pipeline(tmp_path, name: str, body: str) -> str:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(f'[pipeline]\nname = "{name}"\nextends = "training-python"\n\n{body}')
     return str(path)
 
 
@@ -105,16 +102,19 @@ def _saved_bytes(compiled) -> int:
 def test_block_trains_through_sdpa_with_eager_numerics_and_saves_less(tmp_path) -> None:
     model, (x,) = transformer.block()
     twin = __import__("copy").deepcopy(model)
-    compiled = passkit.aot_module(twin, pipeline=_attention_pipeline(tmp_path))
+    # training-python ships the attention step; here it must match, and facts are verified.
+    checked = _pipeline(tmp_path, "checked", '[settings]\nverify = "facts"\n\n[override.attention]\nexpect_match = true\n')
+    compiled = passkit.aot_module(twin, pipeline=checked)
     out, expected = compiled(x), model(x)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
     (out**2).mean().backward()
     (expected**2).mean().backward()
     for (name, p), q in zip(model.named_parameters(), twin.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
-    rewrite = next(r for r in compiled.passkit_reports[0].records if r.pass_name == "rewrite")
+    rewrite = next(r for r in compiled.passkit_reports[0].records if r.id == "attention")
     assert rewrite.stats["stage"] == "pre-grad"
     assert rewrite.stats["applied"] == {"attention:div_masked_fill": 1}
-    plain = passkit.aot_module(__import__("copy").deepcopy(model), pipeline="training-python")
+    without = _pipeline(tmp_path, "without", 'disable = ["attention"]\n')
+    plain = passkit.aot_module(__import__("copy").deepcopy(model), pipeline=without)
     plain(x)
     assert _saved_bytes(compiled) < _saved_bytes(plain)

@@ -54,8 +54,7 @@ def test_eager_attention_of_hf_models_becomes_sdpa_with_equal_numerics(factory, 
     mask[1, 9:] = 0  # padding: a real attention mask reaches the scores
     pipeline = tmp_path / "attention.toml"
     pipeline.write_text(
-        '[pipeline]\nname = "attention"\nextends = "training-python"\n\n'
-        '[[steps]]\npass = "rewrite"\npatterns = ["attention"]\nexpect_match = true\nafter = "decompose"\n'
+        '[pipeline]\nname = "attention"\nextends = "training-python"\n\n[override.attention]\nexpect_match = true\n'
     )
     eager, twin = _Logits(model), _Logits(copy.deepcopy(model))
     compiled = passkit.aot_module(twin, pipeline=str(pipeline))
@@ -66,5 +65,5 @@ def test_eager_attention_of_hf_models_becomes_sdpa_with_equal_numerics(factory, 
     for (name, p), q in zip(eager.named_parameters(), twin.parameters()):
         if p.grad is not None:
             torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-6, msg=name)
-    rewrite = next(r for r in compiled.passkit_reports[0].records if r.pass_name == "rewrite")
+    rewrite = next(r for r in compiled.passkit_reports[0].records if r.id == "attention")
     assert rewrite.stats["applied"] == {f"attention:{expected_pattern}": 2}

@@ -55,5 +55,5 @@ def test_inference_pipeline_folds_and_the_report_says_so(tmp_path) -> None:
     x = torch.randn(2, 3, 9, 9)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
-    record = next(r for r in compiled.passkit_reports[0].records if r.pass_name == "rewrite")
+    record = next(r for r in compiled.passkit_reports[0].records if r.id == "rewrite")
     assert record.stats["stage"] == "inference" and record.stats["applied"] == {"conv_bn:fold": 1}

@@ -89,6 +89,6 @@ def test_llama_projections_fuse_and_train_with_eager_numerics(tmp_path) -> None:
     expected.square().mean().backward()
     for (name, p), q in zip(eager.named_parameters(), twin.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-6, msg=name)
-    record = next(r for r in compiled.passkit_reports[0].records if r.pass_name == "rewrite")
+    record = next(r for r in compiled.passkit_reports[0].records if r.id == "rewrite")
     # Per layer: q/k/v as one product, gate/up as another.
     assert record.stats["applied"] == {"gemm:mm_x3": 2, "gemm:mm_x2": 2}
