@@ -24,7 +24,7 @@ __all__ = ["Match", "explain_miss", "match_pattern", "node_args", "target_matche
 
 _MISSING = object()
 _LOOK_THROUGH = frozenset({torch.ops.aten.clone.default, torch.ops.aten.alias.default})
-_VIEWS = frozenset(
+VIEW_OPS = frozenset(
     {
         torch.ops.aten.view.default,
         torch.ops.aten._unsafe_view.default,
@@ -38,7 +38,7 @@ def _is_identity(node: Node) -> bool:
     """A copy, or a view/expand to the input's own shape: the same values as its input."""
     if node.target in _LOOK_THROUGH:
         return bool(node.args)
-    if node.target in _VIEWS and node.args and isinstance(node.args[0], Node):
+    if node.target in VIEW_OPS and node.args and isinstance(node.args[0], Node):
         out, inp = node.meta.get("val"), node.args[0].meta.get("val")
         return isinstance(out, torch.Tensor) and isinstance(inp, torch.Tensor) and out.shape == inp.shape
     return False
@@ -46,7 +46,7 @@ def _is_identity(node: Node) -> bool:
 
 def _optional(pattern: Op) -> bool:
     """A traced view that kept every size: tracing elsewhere may leave it out."""
-    return pattern.target in _VIEWS and pattern.trailing is not None and pattern.where is not None and (
+    return pattern.target in VIEW_OPS and pattern.trailing is not None and pattern.where is not None and (
         pattern.where.rank == pattern.trailing
     )
 

@@ -24,19 +24,11 @@ import torch
 from torch.fx import Node
 
 from passkit import _torch
-from passkit.patterns.matcher import node_args
+from passkit.patterns.matcher import VIEW_OPS, node_args
 from passkit.patterns.model import ANY, Alt, Dim, Op, Pattern, Var, Where
 
 __all__ = ["TracedSearch", "from_trace"]
 
-_VIEWS = frozenset(
-    {
-        torch.ops.aten.view.default,
-        torch.ops.aten._unsafe_view.default,
-        torch.ops.aten.reshape.default,
-        torch.ops.aten.expand.default,
-    }
-)
 _SIZE_NAMES = frozenset({"size", "shape", "sizes", "stride"})
 _DIM_NAMES = frozenset({"dim", "dim0", "dim1", "start_dim", "end_dim"})
 _lock = threading.Lock()
@@ -127,7 +119,7 @@ def _to_op(node: Node, env: dict[Node, Any], scalars: dict[float, str]) -> Op | 
     kwargs: dict[str, Any] = {}
     val = node.meta.get("val")
     where = Where(rank=val.dim()) if isinstance(val, torch.Tensor) else None
-    trailing = _trailing_kept(node) if target in _VIEWS else None
+    trailing = _trailing_kept(node) if target in VIEW_OPS else None
     op = Op(target, *args, where=where, trailing=trailing, **kwargs)
     if target is torch.ops.aten.transpose.int and len(args) == 3:
         # transpose(x, a, b) is transpose(x, b, a): user code writes both.
