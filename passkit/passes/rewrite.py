@@ -100,7 +100,7 @@ def resolve_pattern_set(name: str, registry: Any = None) -> Any:
         raise ValueError(f"pattern set {name!r} is {type(value).__name__}, not a PatternSet or a list of patterns")
     # Names in counts and errors say which set a pattern came from.
     qualified = tuple(dataclasses.replace(p, name=f"{name}:{p.name}") for p in patterns)
-    return PatternSet(name, qualified, description)
+    return PatternSet(name, qualified, description, requires=getattr(value, "requires", ()))
 
 
 @graph_pass("rewrite", requires={"functional"}, options=RewriteOptions)
@@ -136,6 +136,10 @@ def _apply_checked(program: Program, name: str, sets: list[Any], canonical: Any,
     from passkit.patterns import Applied, apply_patterns
 
     gm = program.graphs[name]
+    targets = {node.target for node in gm.graph.nodes if node.op == "call_function"}
+    sets = [s for s in sets if s.may_match(targets)]  # spares tracing sets that cannot match
+    if not sets:
+        return Applied()
     backup = _copy_graph(gm.graph)
     applied = apply_patterns(gm, sets, canonical=canonical, max_applications=max_applications)
     if not applied.relayout:

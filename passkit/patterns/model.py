@@ -183,9 +183,19 @@ class PatternSet:
     name: str
     patterns: tuple[Pattern, ...] = field(default_factory=tuple)
     description: str = ""
+    # Op packets one of which a graph must call for any pattern to match (empty: no hint). A
+    # graph without them is skipped before anything is traced.
+    requires: tuple[Any, ...] = ()
 
     def __add__(self, other: PatternSet) -> PatternSet:
-        return PatternSet(f"{self.name}+{other.name}", self.patterns + other.patterns)
+        requires = self.requires + other.requires if self.requires and other.requires else ()
+        return PatternSet(f"{self.name}+{other.name}", self.patterns + other.patterns, requires=requires)
+
+    def may_match(self, targets: set[Any]) -> bool:
+        """Whether a graph calling ``targets`` could match (by the ``requires`` hint)."""
+        if not self.requires:
+            return True
+        return any(t in self.requires or getattr(t, "overloadpacket", None) in self.requires for t in targets)
 
     def fingerprint(self) -> str:
         return fingerprint_of(self)

@@ -61,9 +61,8 @@ class TracedSearch:
 def _example(spec: Any) -> Any:
     if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], torch.dtype):
         shape, dtype = spec
-        if dtype == torch.bool:
-            return torch.zeros(shape, dtype=dtype)
-        return torch.randn(shape).to(dtype)
+        # Zeros: tracing never reads values, and drawing random ones would move the caller's RNG.
+        return torch.zeros(shape, dtype=dtype)
     return spec
 
 

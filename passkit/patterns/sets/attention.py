@@ -160,4 +160,7 @@ def attention_set() -> PatternSet:
         for scale_how in ("mul", "div", "div_tensor", "none")
         for mask_how in ("masked_fill", "add", "none")
     )
-    return PatternSet("attention", patterns, "explicit attention math -> aten.scaled_dot_product_attention")
+    return PatternSet(
+        "attention", patterns, "explicit attention math -> aten.scaled_dot_product_attention",
+        requires=(aten._softmax, aten.softmax),
+    )
