@@ -35,6 +35,7 @@ __all__ = [
     "graph_pass",
     "hookimpl",
     "load_pipeline",
+    "patterns",
     "reports",
     "__version__",
 ]
@@ -51,6 +52,10 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "patterns":  # the pattern-rewrite API imports torch, so it loads on first use
+        import importlib
+
+        return importlib.import_module("passkit.patterns")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'passkit' has no attribute {name!r}")

@@ -52,6 +52,7 @@ __all__ = [
     "is_core_aten",
     "size_hint",
     "no_fake_mode",
+    "propagate_fake_values",
 ]
 
 
@@ -427,3 +428,25 @@ def concrete(value: Any) -> Any:
     if is_symbolic(value):
         return value.node.hint
     return value
+
+# -- pattern rewrites --------------------------------------------------------------------------
+
+
+def propagate_fake_values(gm: GraphModule) -> str | None:
+    """Re-derive every node's ``meta["val"]`` from the placeholders' fake values.
+
+    Returns None, or the first line of the error a node raised (a ``view`` that the new
+    strides do not allow, for example); then some nodes may hold new values, others old ones.
+    """
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    values = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    mode = fake_mode_of(values)
+    if mode is None:
+        return "no fake values on the placeholders"
+    try:
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*values)
+    except Exception as exc:  # the op's own error says what it could not take
+        lines = str(exc).strip().splitlines()
+        return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return None

@@ -146,6 +146,25 @@ def passkit_register_pipelines() -> list[Path]:
 
 
 @hookspec
+def passkit_register_patterns() -> dict[str, Any]:
+    """Return named pattern sets for the ``rewrite`` pass's ``patterns`` option.
+
+    Returns:
+        A mapping from set name to a :class:`passkit.patterns.PatternSet`, a list of
+        :class:`passkit.patterns.Pattern`, or a zero-argument factory returning either (so
+        tracing happens only when a pipeline uses the set). Third-party names should start
+        with the plugin's own prefix (``"acme:gelu_tanh"``). A name that another plugin
+        already registered is an error naming both plugins.
+
+    Example::
+
+        @passkit.hookimpl
+        def passkit_register_patterns():
+            return {"acme:gelu_tanh": lambda: PatternSet("acme:gelu_tanh", (gelu_to_tanh,))}
+    """
+
+
+@hookspec
 def passkit_register_settings() -> type[pydantic.BaseModel]:
     """Return a pydantic model whose fields become keys of a pipeline's ``[settings]`` table.
 

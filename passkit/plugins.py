@@ -55,6 +55,7 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("dumps", "passkit.instruments.dumps"),
     ("verify", "passkit.instruments.verify"),
     ("shipped_pipelines", "passkit.passes.shipped_pipelines"),
+    ("rewrite", "passkit.passes.rewrite"),
 )
 ESSENTIAL_PLUGINS = ("core_facts", "apply_pass")
 

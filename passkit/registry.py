@@ -1,4 +1,5 @@
-"""Own the name lookups: passes, facts, decomposition tables, pipeline files and settings keys.
+"""Own the name lookups: passes, facts, decomposition tables, pipeline files, settings keys and
+pattern sets.
 
 The registry is collected from every plugin's ``passkit_register_*`` hooks and remembers which
 plugin (and distribution) gave what, so that a duplicate name is an error naming both sides.
@@ -44,6 +45,8 @@ class Registry:
     settings_model: type[Settings] = Settings
     decompositions: dict[str, Callable[[], dict]] = field(default_factory=dict)
     pipelines: dict[str, Path] = field(default_factory=dict)
+    # Pattern set name -> a PatternSet, a list of patterns, or a factory of either.
+    patterns: dict[str, Any] = field(default_factory=dict)
     failed_plugins: dict[str, str] = field(default_factory=dict)
     # Which plugin gave each fact, table, pipeline file and setting ("plugin 'x' (dist 1.0)").
     providers: dict[str, str] = field(default_factory=dict)
@@ -93,6 +96,10 @@ def build_registry(pm: PasskitPluginManager) -> Registry:
     for plugin_name, paths in _results(pm, registry, "passkit_register_pipelines"):
         for path in _as_list(pm, plugin_name, "passkit_register_pipelines", paths, "paths"):
             _add_pipeline(pm, registry, plugin_name, path)
+    for plugin_name, sets in _results(pm, registry, "passkit_register_patterns"):
+        mapping = _as_mapping(pm, plugin_name, sets, "passkit_register_patterns", "set name -> pattern set")
+        for set_name, value in mapping.items():
+            _add_pattern_set(pm, registry, plugin_name, set_name, value)
     settings_fields: dict[str, Any] = {}
     for plugin_name, model in _results(pm, registry, "passkit_register_settings"):
         _add_settings(pm, registry, plugin_name, model, settings_fields)
@@ -170,13 +177,29 @@ def _as_list(pm: PasskitPluginManager, plugin_name: str, hook_name: str, value: 
     )
 
 
-def _as_mapping(pm: PasskitPluginManager, plugin_name: str, value: Any) -> dict:
+def _as_mapping(
+    pm: PasskitPluginManager,
+    plugin_name: str,
+    value: Any,
+    hook_name: str = "passkit_register_decompositions",
+    what: str = "table name -> factory",
+) -> dict:
     if isinstance(value, dict):
         return value
     raise PluginError(
-        f"{describe_plugin(pm, plugin_name)}: passkit_register_decompositions returned "
-        f"{_describe_value(value)}, not a dict of table name -> factory"
+        f"{describe_plugin(pm, plugin_name)}: {hook_name} returned {_describe_value(value)}, not a dict of {what}"
     )
+
+
+def _add_pattern_set(pm: PasskitPluginManager, registry: Registry, plugin_name: str, name: Any, value: Any) -> None:
+    who = describe_plugin(pm, plugin_name)
+    if not isinstance(name, str) or not name:
+        raise PluginError(f"{who}: pattern set names must be non-empty strings; got {_describe_value(name)}")
+    key = f"pattern set:{name}"
+    if name in registry.patterns:
+        raise PluginError(f"duplicate pattern set name {name!r}: registered by {registry.providers[key]} and {who}")
+    registry.patterns[name] = value
+    registry.providers[key] = who
 
 
 def _distribution(pm: PasskitPluginManager, plugin_name: str) -> tuple[str, str]:

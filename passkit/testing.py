@@ -7,8 +7,11 @@ Fixtures:
 - ``register_passkit_plugin``: register a plugin on the process-wide manager for one test, so
   ``passkit.compile`` and pipeline files see its passes; it is unregistered afterwards.
 
-Assertion: ``assert_pass_preserves_numerics(pass_, program, **options)`` runs a pass on a
+Assertions: ``assert_pass_preserves_numerics(pass_, program, **options)`` runs a pass on a
 program and fails, naming the largest difference, if the program now computes something else.
+``assert_pattern_matches(patterns, fn, *inputs, times=None)`` traces ``fn``, applies a pattern,
+a ``PatternSet`` or a registered set name, and fails if it matched nothing (saying why, per
+candidate node), matched another number of ``times``, or changed numerics.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import pytest
 
-__all__ = ["assert_pass_preserves_numerics", "make_program", "passkit_plugin_manager", "register_passkit_plugin"]
+__all__ = ["assert_pass_preserves_numerics", "assert_pattern_matches", "make_program", "passkit_plugin_manager", "register_passkit_plugin"]
 
 
 @pytest.fixture
@@ -116,3 +119,59 @@ def _apply(pass_: Any, program: Any, registry: Any, options: dict[str, Any]) -> 
     before = program.graph_hash()
     pass_.run(program, pass_.options(registry=registry, **options))
     program.facts = after(program.facts, pass_, graphs_changed=program.graph_hash() != before, table=registry.facts)
+
+
+def assert_pattern_matches(
+    patterns: Any,
+    fn: Callable[..., Any],
+    *inputs: Any,
+    times: int | None = None,
+    passes: Sequence[str] = ("functionalize",),
+    numerics: bool = True,
+) -> Any:
+    """Trace ``fn`` on ``inputs`` (through ``passes``), rewrite with ``patterns``; fail unless it
+    applied (exactly ``times`` times, if given) and, with ``numerics``, the result still
+    matches eager.
+
+    ``patterns``: a ``Pattern``, a ``PatternSet``, a list of them, or a registered set name.
+    Returns the driver's ``Applied`` (counts per pattern name); with ``numerics=False`` (for a
+    rewrite that changes results on purpose) ``(applied, program)``, to check results yourself.
+    """
+    from passkit.capture import program_from_function
+    from passkit.evaluate import Reference
+    from passkit.passes.rewrite import resolve_pattern_set
+    from passkit.patterns import Pattern, PatternSet, apply_patterns
+    from passkit.patterns.debug import why_not
+    from passkit.registry import get_registry
+
+    registry = get_registry()
+    if isinstance(patterns, str):
+        patterns = resolve_pattern_set(patterns, registry)
+    items = list(patterns) if isinstance(patterns, (list, tuple)) else [patterns]
+    program = program_from_function(fn, list(inputs))
+    reference = Reference(program, list(inputs))
+    for name in passes:
+        _apply(registry.get_pass(name), program, registry, {})
+    canonical = program.target_opset
+    flat = [p for item in items for p in (item.patterns if isinstance(item, PatternSet) else [item])]
+    applied = None
+    for name, gm in program.graphs.items():
+        result = apply_patterns(gm, flat, canonical=canonical)
+        applied = result if applied is None else (applied.merge(result) or applied)
+    total = applied.total if applied is not None else 0
+    if total == 0 or (times is not None and total != times):
+        # Nothing applied means the graphs are as traced: say why, per candidate node.
+        reasons = [line for p in flat if isinstance(p, Pattern) for gm in program.graphs.values() for line in why_not(gm, p, canonical=canonical, limit=2)]
+        wanted = "at least once" if times is None else f"{times} times"
+        pytest.fail(
+            f"patterns applied {total} times, expected {wanted}; applied: {dict(applied.counts) if applied else {}}"
+            + ("; " + "; ".join(reasons[:6]) if total == 0 else ""),
+            pytrace=False,
+        )
+    if not numerics:
+        return applied, program
+    deviation = reference.compare(program)
+    if deviation is not None:
+        pytest.fail(f"patterns changed numerics: {deviation}", pytrace=False)
+    return applied
+

@@ -26,49 +26,64 @@ def plugin_installed() -> None:
         pytest.fail("passkit-example is not installed; run: pip install -e plugins/passkit-example", pytrace=False)
 
 
-def test_passes_lists_the_plugin_pass_with_its_distribution() -> None:
-    result = CliRunner().invoke(main, ["passes", "--json"])
+def test_patterns_lists_the_plugin_set_with_its_distribution() -> None:
+    result = CliRunner().invoke(main, ["patterns", "--json"])
     assert result.exit_code == 0, result.stderr
     listed = {entry["name"]: entry for entry in json.loads(result.stdout)}
-    entry = listed["example.remove_noops"]
-    assert entry["plugin"] == "example"
-    assert entry["distribution"] == "passkit-example"
-    assert entry["requires"] == ["functional"]
-    assert entry["summary"] == "Remove ops that return their input unchanged: same-shape views, x*1, x/1, x-0, int x+0."
-    assert [option["name"] for option in entry["options"]] == ["ops", "max_rewrites"]
+    entry = listed["example:gelu_tanh"]
+    assert entry["plugin"] == "plugin 'example' (passkit-example 0.1.0)"
+    assert entry["description"] == "exact GELU -> tanh-approximated GELU"
+    assert [p["name"] for p in entry["patterns"]] == [
+        "example:gelu_tanh:gelu_rank1",
+        "example:gelu_tanh:gelu_rank2",
+        "example:gelu_tanh:gelu_rank3",
+        "example:gelu_tanh:gelu_rank4",
+    ]
 
 
 def test_pipelines_lists_the_plugin_pipeline() -> None:
     result = CliRunner().invoke(main, ["pipelines", "--json"])
     assert result.exit_code == 0, result.stderr
     rows = {row["name"]: row for row in json.loads(result.stdout)}
-    row = rows["training-noops"]
-    assert row["description"] == "The training pipeline plus example.remove_noops after joint"
-    assert row["file"].endswith("passkit_example/pipelines/training-noops.toml")
+    row = rows["training-gelu-tanh"]
+    assert row["description"] == "The training pipeline with GELU rewritten to its tanh approximation"
+    assert row["file"].endswith("passkit_example/pipelines/training-gelu-tanh.toml")
 
 
-def with_noops(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    hidden = (x * 1).view(4, 3) @ w          # x * 1 and a same-shape view: both no-ops
-    return (hidden.reshape(4, 2) / 1).tanh().sum(0)
+class TanhMLP(torch.nn.Module):
+    """The MLP an exact-GELU model becomes under example:gelu_tanh, written out for eager."""
+
+    def __init__(self, source: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = source.net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        linear, norm, _, out = self.net
+        return out(torch.nn.functional.gelu(norm(linear(x)), approximate="tanh"))
 
 
 @pytest.mark.parametrize("training", [True, False], ids=["training", "inference"])
-def test_plugin_pipeline_compiles_matches_eager_and_reports_rewrites(training: bool) -> None:
-    x, w = torch.randn(4, 3), torch.randn(3, 2, requires_grad=training)
-    compiled = passkit.aot_function(with_noops, pipeline="training-noops")
+def test_plugin_pipeline_from_toml_compiles_to_the_tanh_form_and_reports_counts(training: bool) -> None:
+    import copy
 
-    out = compiled(x, w)
-    w_eager = w.detach().clone().requires_grad_(training)
-    expected = with_noops(x, w_eager)
+    from passkit.examples import transformer
 
+    model, (x,) = transformer.mlp()
+    model.requires_grad_(training)
+    reference = TanhMLP(copy.deepcopy(model))
+    compiled = passkit.aot_module(model, pipeline="training-gelu-tanh")
+
+    out = compiled(x)
+    expected = reference(x)
     torch.testing.assert_close(out, expected)
+    with torch.no_grad():
+        assert not torch.allclose(out, model(x), rtol=0, atol=1e-6)  # the exact-GELU model differs
     if training:
         out.sum().backward()
         expected.sum().backward()
-        torch.testing.assert_close(w.grad, w_eager.grad)
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
     (report,) = compiled.passkit_reports
-    (record,) = [r for r in report.records if r.pass_name == "example.remove_noops"]
-    assert record.status == "ran"
-    assert record.changed
-    assert record.stats["rewrites"] > 0
-    assert record.nodes_after == record.nodes_before - record.stats["rewrites"]
+    (record,) = [r for r in report.records if r.id == "gelu_tanh"]
+    assert record.status == "ran" and record.changed
+    assert record.stats["applied"] == {"example:gelu_tanh:gelu_rank2": 1}

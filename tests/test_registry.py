@@ -183,3 +183,33 @@ def test_a_register_hook_that_raises_is_reported_and_skipped(pm, capsys):
     reason = "failed in passkit_register_passes: RuntimeError: no GPU here"
     assert registry.failed_plugins == {"acme": reason}
     assert capsys.readouterr().err == f"passkit: plugin 'acme' (acme-passes 1.0) {reason}\n"
+
+
+def test_duplicate_pattern_set_names_name_both_plugins() -> None:
+    class First:
+        @staticmethod
+        @hookimpl
+        def passkit_register_patterns():
+            return {"acme:fold": []}
+
+    class Second:
+        @staticmethod
+        @hookimpl
+        def passkit_register_patterns():
+            return {"acme:fold": []}
+
+    pm = make_plugin_manager(load_entry_points=False)
+    pm.register(First(), name="first")
+    pm.register(Second(), name="second")
+    with pytest.raises(PluginError) as info:
+        build_registry(pm)
+    assert str(info.value) == (
+        "duplicate pattern set name 'acme:fold': registered by plugin 'first' (not from an installed distribution) "
+        "and plugin 'second' (not from an installed distribution)"
+    )
+
+
+def test_builtin_pattern_sets_are_registered_by_the_rewrite_plugin() -> None:
+    registry = build_registry(make_plugin_manager(load_entry_points=False))
+    assert {"attention", "noops"} <= set(registry.patterns)
+    assert registry.providers["pattern set:attention"].startswith("plugin 'rewrite'")

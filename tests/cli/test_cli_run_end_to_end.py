@@ -49,10 +49,10 @@ def test_run_trains_a_model_from_the_command_line_and_dumps_each_step(workdir: P
     assert "(training) vs eager" in result.stdout + result.stderr
     dumped = sorted(p.name for p in (workdir / "out").iterdir())
     assert "00-captured-main.py" in dumped
-    assert "07-codegen.python-backward.py" in dumped
+    assert "08-codegen.python-backward.py" in dumped
     data = json.loads((workdir / "result.json").read_text())
     assert data["ok"] is True and data["training"] is True
-    assert [s["id"] for s in data["reports"][0]["steps"]][:3] == ["functionalize", "decompose", "joint"]
+    assert [s["id"] for s in data["reports"][0]["steps"]][:4] == ["functionalize", "decompose", "attention", "joint"]
 
 
 def test_run_without_trainable_parameters_is_an_inference_step(workdir: Path) -> None:

@@ -70,6 +70,7 @@ def test_hookspecs_define_the_hooks_this_test_knows() -> None:
         "passkit_register_decompositions",
         "passkit_register_facts",
         "passkit_register_passes",
+        "passkit_register_patterns",
         "passkit_register_pipelines",
         "passkit_register_settings",
         "passkit_run_step",
@@ -125,6 +126,19 @@ def test_register_pipelines_example(tmp_path: Path) -> None:
     registry = build_registry(manager_with(example_plugin("passkit_register_pipelines", tmp_path)))
     assert registry.pipelines["acme"] == shipped
     assert load_pipeline("acme", registry=registry).name == "acme"
+
+
+def test_register_patterns_example(tmp_path: Path) -> None:
+    from passkit.passes.rewrite import resolve_pattern_set
+    from passkit.patterns import apply_patterns
+
+    registry = build_registry(manager_with(example_plugin("passkit_register_patterns", tmp_path)))
+    assert registry.providers["pattern set:acme:gelu_tanh"] == "plugin 'doc_example' (not from an installed distribution)"
+    patterns = resolve_pattern_set("acme:gelu_tanh", registry)
+    program = program_from_function(lambda x: torch.nn.functional.gelu(x) * 2, [torch.randn(3, 5)])
+    load = build_registry(make_plugin_manager(load_entry_points=False)).get_pass("functionalize")
+    load.run(program)
+    assert dict(apply_patterns(program.graphs["main"], [patterns]).counts) == {"acme:gelu_tanh:gelu": 1}
 
 
 def test_run_step_example_adds_a_figure_to_every_step(tmp_path: Path) -> None:

@@ -107,7 +107,7 @@ def test_on_error_eager_warns_once_and_runs_uncompiled(tmp_path, register_passki
     raising = passkit.aot_function(lambda x: x.cos(), pipeline=pipeline)
     with pytest.raises(passkit.PassError) as info:
         raising(torch.randn(2, requires_grad=True))
-    assert str(info.value) == f"{pipeline}: steps[0] (test.explode) failed: RuntimeError: boom (after: functionalize, decompose, joint)"
+    assert str(info.value) == f"{pipeline}: steps[0] (test.explode) failed: RuntimeError: boom (after: functionalize, decompose, attention, joint)"
     eager = passkit.aot_function(lambda x: x.cos(), pipeline=pipeline, on_error="eager")
     x = torch.randn(2, requires_grad=True)
     with pytest.warns(RuntimeWarning, match="passkit: compiling failed, running eagerly: ") as warned:

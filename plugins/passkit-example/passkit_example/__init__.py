@@ -1,26 +1,27 @@
 """Own the passkit-example plugin: its hook implementations.
 
 passkit loads this module through the ``passkit`` entry point named ``example`` (see
-pyproject.toml). It registers one pass, ``example.remove_noops``, and one pipeline file,
-``training-noops``: the ``training`` pipeline with the pass inserted after ``decompose``.
+pyproject.toml). It registers one pattern set, ``example:gelu_tanh``, and one pipeline file,
+``training-gelu-tanh``: the ``training`` pipeline with a ``rewrite`` step that applies the set.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import passkit
-from passkit.pass_api import Pass
-from passkit_example.remove_noops import remove_noops
+from passkit_example.gelu_tanh import gelu_tanh_set
 
-__all__ = ["PIPELINES_DIR", "passkit_register_passes", "passkit_register_pipelines", "remove_noops"]
+__all__ = ["PIPELINES_DIR", "gelu_tanh_set", "passkit_register_patterns", "passkit_register_pipelines"]
 
 PIPELINES_DIR = Path(__file__).resolve().parent / "pipelines"
 
 
 @passkit.hookimpl
-def passkit_register_passes() -> list[Pass]:
-    return [remove_noops]
+def passkit_register_patterns() -> dict[str, Any]:
+    # A factory: the patterns are traced only when a pipeline uses the set.
+    return {"example:gelu_tanh": gelu_tanh_set}
 
 
 @passkit.hookimpl

@@ -1,0 +1,48 @@
+"""Own ``passkit patterns``: the pattern sets that plugins register, by name."""
+
+from __future__ import annotations
+
+import click
+
+from passkit.cli import terminal
+
+__all__ = ["command"]
+
+
+@click.command("patterns")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+def command(as_json: bool) -> None:
+    """List the registered pattern sets: name, patterns, plugin and description."""
+    from passkit.passes.rewrite import resolve_pattern_set
+    from passkit.registry import get_registry
+
+    registry = get_registry()
+    rows = []
+    for name in sorted(registry.patterns):
+        try:
+            resolved = resolve_pattern_set(name, registry)
+            patterns = [{"name": p.name, "benefit": p.benefit, "fingerprint": p.fingerprint()} for p in resolved.patterns]
+            description = resolved.description
+        except Exception as exc:  # a broken set should not hide the others; show why it is broken
+            patterns, description = [], f"invalid: {type(exc).__name__}: {exc}"
+        rows.append(
+            {
+                "name": name,
+                "patterns": patterns,
+                "plugin": registry.providers.get(f"pattern set:{name}", ""),
+                "description": description,
+            }
+        )
+    if as_json:
+        terminal.write_json(rows)
+        return
+    if not rows:
+        terminal.out("no pattern sets registered")
+        return
+    terminal.out(
+        terminal.table(
+            ("name", "patterns", "plugin", "description"),
+            ((r["name"], str(len(r["patterns"])), r["plugin"], r["description"]) for r in rows),
+        )
+    )
+

@@ -1,0 +1,63 @@
+"""Own constant evaluation: the real value of a node that depends on no graph input.
+
+Masks built in the model (``torch.ones(s, s).tril()``) and scales written as tensors
+(``torch.full([], 8.0)``) are constants of the graph. Patterns evaluate them at rewrite time to
+prove a property (this mask is causal, this scale is 0.125) instead of assuming it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.fx import Node
+
+from passkit import _torch
+
+__all__ = ["constant_value", "is_constant"]
+
+_LIMIT_ELEMENTS = 1 << 22  # evaluate masks and scales, never a whole weight-sized computation
+
+
+def _ancestry(node: Node) -> list[Node] | None:
+    seen: dict[Node, None] = {}
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        if current.op != "call_function":
+            return None
+        target = current.target
+        if isinstance(target, _torch.OpOverload) and (
+            target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags
+        ):
+            return None
+        val = current.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.numel() > _LIMIT_ELEMENTS:
+            return None
+        seen[current] = None
+        stack.extend(current.all_input_nodes)
+    order = {n: i for i, n in enumerate(node.graph.nodes)}
+    return sorted(seen, key=order.__getitem__)
+
+
+def is_constant(node: Any) -> bool:
+    """Whether ``node`` is computed from literals only (no inputs, no randomness, small)."""
+    return isinstance(node, Node) and _ancestry(node) is not None
+
+
+def constant_value(node: Any) -> Any:
+    """The real value of a constant node, or None when it is not a constant."""
+    if not isinstance(node, Node):
+        return node
+    ancestry = _ancestry(node)
+    if ancestry is None:
+        return None
+    values: dict[Node, Any] = {}
+    for current in ancestry:
+        args, kwargs = _torch.pytree.tree_map(
+            lambda a: values[a] if isinstance(a, Node) else a, (current.args, current.kwargs)
+        )
+        values[current] = current.target(*args, **kwargs)
+    return values[node]

@@ -1,0 +1,166 @@
+"""Own the ``attention`` pattern set: explicit attention math -> ``aten.scaled_dot_product_attention``.
+
+Forms matched (q, k, v of rank 4, ``k`` transposed in the product):
+
+- ``softmax(q @ kᵀ · s) @ v`` with the scale as a multiplication, a division by a float, a
+  division by a constant 0-d tensor (GPT-2's ``torch.full([], sqrt(d))``), or no scale;
+- each of those with an additive float mask (HF GPT-2, BERT and Llama at
+  ``attn_implementation="eager"``), passed on as ``attn_mask``;
+- each with ``masked_fill(mask, -inf)`` before the softmax, when the mask is a constant of the
+  graph (``ones(s, s).tril()``, ``triu(ones, 1)``): a causal mask becomes ``is_causal=True``;
+  another constant mask is passed as its negation, but only when no row is fully masked (eager
+  gives NaN there, fused kernels need not).
+
+The replacement is one ``scaled_dot_product_attention`` node: before ``joint`` autograd
+differentiates it with its fused backward, which saves no S×S probabilities. The patterns'
+``keep`` names SDPA and the kernels it dispatches to, so ``joint`` (which lowers through the
+``decompose`` step's table) does not turn it straight back into the math.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from passkit.patterns.constants import constant_value
+from passkit.patterns.model import Pattern, PatternSet
+from passkit.patterns.trace import from_trace
+
+__all__ = ["attention_set"]
+
+aten = torch.ops.aten
+_SCALE = 0.3019  # a float example argument: the traced literal binds the ``scale`` parameter
+_KEEP = (
+    "aten.scaled_dot_product_attention.default",
+    "aten._scaled_dot_product_flash_attention_for_cpu.default",
+    "aten._scaled_dot_product_flash_attention.default",
+    "aten._scaled_dot_product_efficient_attention.default",
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+    "aten._scaled_dot_product_flash_attention_backward.default",
+    "aten._scaled_dot_product_efficient_attention_backward.default",
+)
+_B, _H, _S, _L, _E, _EV = 2, 3, 5, 7, 11, 13  # distinct sizes, so views are told apart
+
+
+def _scaled(scores: torch.Tensor, scale: Any, how: str) -> torch.Tensor:
+    if how == "mul":
+        return scores * scale
+    if how == "div":
+        return scores / scale
+    return scores
+
+
+def _make_search(scale_how: str, mask_how: str) -> Any:
+    # One function per form: from_trace reads the parameter names.
+    def search(q, k, v, scale, mask):  # noqa: ANN001, ANN202 - traced, not called by users
+        scores = _scaled(q @ k.transpose(-2, -1), scale, scale_how)
+        if mask_how == "add":
+            scores = scores + mask
+        elif mask_how == "masked_fill":
+            scores = scores.masked_fill(mask, float("-inf"))
+        return scores.softmax(dim=-1) @ v
+
+    search.__name__ = search.__qualname__ = f"attention_{scale_how}_{mask_how}"
+    return search
+
+
+def _scale_of(bindings: dict[str, Any], scale_how: str, head_dim: int) -> float | None:
+    if scale_how == "none":
+        return 1.0
+    raw = bindings.get("scale")
+    if scale_how == "div_tensor":
+        raw = constant_value(raw)
+        if not isinstance(raw, torch.Tensor) or raw.numel() != 1:
+            return None
+        raw = float(raw)
+    if not isinstance(raw, (int, float)) or raw == 0 or not math.isfinite(raw):
+        return None
+    return float(raw) if scale_how == "mul" else 1.0 / float(raw)
+
+
+def _mask_plan(match: Any) -> tuple[str, Any] | None:
+    """How the mask goes to SDPA: ("causal", None), ("bool", mask) or ("none"/"float", node)."""
+    mask = match.bindings.get("mask")
+    if mask is None:
+        return ("none", None)
+    val = match.val("mask")
+    if not isinstance(val, torch.Tensor):
+        return None
+    if val.dtype != torch.bool:
+        return ("float", mask) if val.dtype == match.val("q").dtype else None
+    value = constant_value(mask)
+    if not isinstance(value, torch.Tensor):
+        return None  # a mask computed from inputs may mask whole rows: eager would give NaN there
+    rows, cols = match.val("q").shape[-2], match.val("k").shape[-2]
+    full = value.expand(*value.shape[:-2], rows, cols) if value.dim() >= 2 else None
+    if full is None or bool(full.all(dim=-1).any()):
+        return None
+    causal = torch.ones(rows, cols, dtype=torch.bool).triu(1)
+    if rows == cols and bool((full == causal).all()):
+        return ("causal", None)
+    return ("bool", mask)
+
+
+def _make_pattern(scale_how: str, mask_how: str) -> Pattern:
+    q = torch.empty(_B, _H, _S, _E)
+    k = torch.empty(_B, _H, _L, _E)
+    v = torch.empty(_B, _H, _L, _EV)
+    scale = torch.empty(()) if scale_how == "div_tensor" else _SCALE
+    mask = torch.empty(_S, _L, dtype=torch.bool) if mask_how == "masked_fill" else torch.empty(_B, 1, _S, _L)
+    how = "div" if scale_how == "div_tensor" else scale_how
+
+    def search(q, k, v, scale, mask):  # noqa: ANN001, ANN202
+        return _make_search(how, mask_how)(q, k, v, scale, mask)
+
+    search.__name__ = search.__qualname__ = f"{scale_how}_{mask_how}"
+
+    def check(match: Any) -> bool:
+        vals = [match.val(name) for name in ("q", "k", "v")]
+        if not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in vals):
+            return False
+        if len({t.dtype for t in vals}) != 1:
+            return False
+        return _scale_of(match.bindings, scale_how, vals[0].shape[-1]) is not None and _mask_plan(match) is not None
+
+    def build(b: Any, q: Any, k: Any, v: Any, **bindings: Any) -> Any:
+        match = _BuildView(b, dict(q=q, k=k, v=v, **bindings))
+        scale = _scale_of(match.bindings, scale_how, b.val(q).shape[-1])
+        kind, mask = _mask_plan(match)
+        if kind == "bool":
+            mask = b.call(aten.logical_not.default, mask)
+        return b.call(
+            aten.scaled_dot_product_attention.default, q, k, v, mask if kind in ("bool", "float") else None,
+            0.0, kind == "causal", scale=scale,
+        )
+
+    return from_trace(
+        search, (q, k, v, scale, mask), build=build, name=f"{scale_how}_{mask_how}",
+        # A masked form is worth more than the unmasked one it contains.
+        benefit=3 if mask_how != "none" else 2, check=check,
+        description=f"softmax(q @ kᵀ ({scale_how}) {mask_how}) @ v -> scaled_dot_product_attention",
+        keep=_KEEP,
+    )
+
+
+class _BuildView:
+    """What ``_mask_plan`` reads from a match, rebuilt from the bindings a builder gets."""
+
+    def __init__(self, builder: Any, bindings: dict[str, Any]) -> None:
+        self.builder, self.bindings = builder, bindings
+
+    def val(self, name: str) -> Any:
+        return self.builder.val(self.bindings[name])
+
+
+def attention_set() -> PatternSet:
+    patterns = tuple(
+        _make_pattern(scale_how, mask_how)
+        for scale_how in ("mul", "div", "div_tensor", "none")
+        for mask_how in ("masked_fill", "add", "none")
+    )
+    return PatternSet(
+        "attention", patterns, "explicit attention math -> aten.scaled_dot_product_attention",
+        requires=(aten._softmax, aten.softmax),
+    )

@@ -1,0 +1,46 @@
+"""Own the ``example:gelu_tanh`` pattern set: exact GELU -> its tanh approximation.
+
+The search and the replacement are ordinary torch functions; ``from_trace`` turns the search
+into a pattern by tracing it, through the same decomposition table as the program, so the
+pattern matches whatever the pipeline's earlier steps made of ``F.gelu``. The replacement is
+traced on the matched values and inlined.
+
+This rewrite changes numerics on purpose (the tanh form differs from the exact GELU by up to
+about 5e-4 in absolute value): use it where a model was trained with, or tolerates, the
+approximation. That is why it is a plugin's choice in a pipeline file, not a built-in default.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from passkit.patterns import PatternSet, Where, from_trace
+
+__all__ = ["gelu_tanh_set"]
+
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def exact_gelu(x: torch.Tensor) -> torch.Tensor:
+    """GELU computed with erf."""
+    return F.gelu(x)
+
+
+def tanh_gelu(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+def gelu_tanh_set() -> PatternSet:
+    # Any rank works: one example per rank the pattern should cover keeps views exact.
+    patterns = tuple(
+        from_trace(
+            exact_gelu,
+            [torch.empty(*shape)],
+            tanh_gelu,
+            name=f"gelu_rank{len(shape)}",
+            where={"x": Where(dtype=FLOATS)},
+        )
+        for shape in ((5,), (3, 5), (2, 3, 5), (2, 3, 5, 7))
+    )
+    return PatternSet("example:gelu_tanh", patterns, "exact GELU -> tanh-approximated GELU")
