@@ -68,9 +68,14 @@ def usage_error(exc: click.ClickException) -> None:
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    """Render rows under headers in fixed-width, left-aligned columns."""
+    """Render rows under headers in fixed-width, left-aligned columns.
+
+    A row whose last cell is empty (a list item under its option) may run past its column into
+    the empty space, so one long item does not widen the whole table.
+    """
     rows = [tuple(str(cell) for cell in row) for row in rows]
-    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
+    sized = [row for row in rows if row[-1]] or rows
+    widths = [max([len(h)] + [len(row[i]) for row in sized]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells)).rstrip()
