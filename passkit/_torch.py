@@ -348,3 +348,29 @@ def no_fake_mode() -> contextlib.AbstractContextManager[Any]:
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     return unset_fake_temporarily()
+
+
+# --- debugging (passkit.debug, passkit.instruments.repro, passkit.instruments.dumps) ---
+
+
+def graph_codegen(graph: torch.fx.Graph) -> Any:
+    """The graph's code generator (plain or pytree calling convention), to copy or serialise."""
+    return graph._codegen
+
+
+def op_name(target: Any) -> str | None:
+    """``"aten.add.Tensor"`` for an ``OpOverload``, ``"aten.add"`` for a packet; else None."""
+    if isinstance(target, (OpOverload, OpOverloadPacket)):
+        return str(target)
+    return None
+
+
+def current_compile_id() -> str | None:
+    """Dynamo's id of the graph being compiled (``"0/1"``: frame 0, its second compile), if any."""
+    try:
+        from torch._guards import CompileContext
+
+        compile_id = CompileContext.current_compile_id()
+    except Exception:  # outside Dynamo, or an API change: callers fall back to a counter
+        return None
+    return None if compile_id is None else str(compile_id)

@@ -54,6 +54,7 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("timing", "passkit.instruments.timing"),
     ("dumps", "passkit.instruments.dumps"),
     ("verify", "passkit.instruments.verify"),
+    ("repro", "passkit.instruments.repro"),
     ("shipped_pipelines", "passkit.passes.shipped_pipelines"),
 )
 ESSENTIAL_PLUGINS = ("core_facts", "apply_pass")

@@ -30,6 +30,7 @@ class StepRecord:
     nodes_before: int = 0
     nodes_after: int = 0
     dumps: list[str] = field(default_factory=list)
+    repro: str = ""  # the reproducer folder a failing step wrote (passkit.instruments.repro)
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -43,6 +43,7 @@ class Settings(pydantic.BaseModel):
     dump: Literal["off", "changed", "all"] = "off"
     dump_dir: str = "passkit-dump"
     on_error: Literal["raise", "eager"] = "raise"
+    repro_dir: str = "passkit-repro"  # a failing step writes a reproducer here; "" writes none
 
 
 @dataclass(frozen=True)
