@@ -374,3 +374,18 @@ def current_compile_id() -> str | None:
     except Exception:  # outside Dynamo, or an API change: callers fall back to a counter
         return None
     return None if compile_id is None else str(compile_id)
+
+
+def structured_trace_enabled() -> bool:
+    """Whether torch's structured trace is on (``TORCH_TRACE`` set when torch was imported)."""
+    from torch._logging._internal import trace_log
+
+    return bool(trace_log.handlers)
+
+
+def trace_artifact(name: str, payload: str, *, encoding: str = "string") -> None:
+    """Emit one artifact into torch's structured trace (what ``tlparse`` renders), under the
+    current Dynamo compile id when there is one."""
+    from torch._logging import trace_structured
+
+    trace_structured("artifact", metadata_fn=lambda: {"name": name, "encoding": encoding}, payload_fn=lambda: payload)

@@ -98,6 +98,7 @@ class Report:
         steps = []
         for record in self.records:
             data = asdict(record)
+            data["number"] = record.position + 1  # 1-based, as in the table and dump names
             data["stats"] = {str(k): _plain(v) for k, v in record.stats.items()}
             steps.append(data)
         return {"pipeline": self.pipeline, "graph": self.graph, "seconds": self.seconds, "steps": steps}

@@ -156,7 +156,7 @@ def bisect_program(
     say = progress or (lambda text: None)
     # Trials judge numerics themselves; facts stay checked so a fact-breaking step is named too.
     quiet = pipeline.with_settings(
-        verify="off" if pipeline.settings.verify == "off" else "facts", dump="off", repro_dir=""
+        verify="off" if pipeline.settings.verify == "off" else "facts", dump="off", repro_dir="", report=""
     )
     applicable = [
         step.position

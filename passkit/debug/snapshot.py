@@ -27,6 +27,7 @@ def copy_graph_module(gm: fx.GraphModule) -> fx.GraphModule:
     graph.output(output)
     graph.set_codegen(copy.copy(_torch.graph_codegen(gm.graph)))
     copied = fx.GraphModule(gm, graph)
+    copied.meta.update(gm.meta)
     # graph_copy gives the output node a fresh metadata dict; keep what the original carried.
     old_output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     new_output = next(n for n in reversed(graph.nodes) if n.op == "output")
