@@ -95,7 +95,7 @@ def _input_values(real_inputs: list[Any] | None) -> list[Any] | None:
     size = sum(x.numel() * x.element_size() for x in real_inputs if isinstance(x, torch.Tensor))
     if size > MAX_INPUT_BYTES:
         return None
-    return [x.detach().cpu().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x for x in real_inputs]
+    return [x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x for x in real_inputs]
 
 
 def write_reproducer(context: StepContext, before: Program, exc: BaseException) -> Path:
@@ -186,7 +186,8 @@ def real_inputs(folder: Path, program: Program) -> list[Any]:
     """The saved input values, else seeded values of the recorded shapes and dtypes."""
     saved = folder / "inputs.pt"
     if saved.is_file():
-        return torch.load(saved, weights_only=True)
+        # Saved where they lived; a machine without CUDA still replays a CPU-only failure.
+        return torch.load(saved, weights_only=True, map_location=None if torch.cuda.is_available() else "cpu")
     return [TensorMeta.of(x).real(seed=i) if isinstance(x, torch.Tensor) else x for i, x in enumerate(program.example_inputs)]
 
 
