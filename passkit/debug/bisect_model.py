@@ -38,22 +38,14 @@ class Captured:
     reference: Reference
 
 
-def _build(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
-    from passkit.check import load_factory
-
-    made = load_factory(spec)()
-    if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module)):
-        raise PasskitError(f"--model {spec}: the factory must return (module, example_inputs)")
-    module, inputs = made
-    return module, tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-
-
 def capture_model(spec: str, pipeline: Pipeline) -> list[Captured]:
     """Every graph Dynamo captures from one call of the model, in order."""
     from passkit.capture import program_from_graph
     from passkit.evaluate import Reference
 
-    module, inputs = _build(spec)
+    from passkit.check import build_model
+
+    module, inputs = build_model(spec)
     training = pipeline.can_train and any(p.requires_grad for p in module.parameters())
     captured: list[Captured] = []
 

@@ -35,8 +35,9 @@ def test_bisect_names_the_bad_step_and_its_minimal_pipeline_reproduces_it(cli, p
     assert (planted / "passkit-repro" / "02-planted.scale_add" / "manifest.json").is_file()
     rerun = cli.invoke(main, ["run", "planted-minimal.toml", "--model", "planted_bugs:tiny"])
     assert rerun.exit_code == 2
-    assert rerun.stderr.startswith("planted-minimal.toml: steps[1] (planted.scale_add) changed numerics: max |diff| ")
-    assert rerun.stderr.endswith(" (reproducer: passkit-repro/02-planted.scale_add-2)\n")
+    error = rerun.stderr.splitlines()[-1]  # after the progress lines
+    assert error.startswith("planted-minimal.toml: steps[1] (planted.scale_add) changed numerics: max |diff| ")
+    assert error.endswith(" (reproducer: passkit-repro/02-planted.scale_add-2)")
     replayed = cli.invoke(main, ["repro", "passkit-repro/02-planted.scale_add", "--json"])
     assert replayed.exit_code == 1
     assert json.loads(replayed.stdout)["reproduced"] is True
@@ -55,3 +56,8 @@ def test_bisect_bad_input_exits_2(cli, planted) -> None:
     assert (result.exit_code, result.stderr) == (2, "passkit: pipeline file not found: nope.toml\n")
     result = cli.invoke(main, ["bisect", "planted.toml", "--model", "planted_bugs"])
     assert (result.exit_code, result.stderr) == (2, "--model must look like 'package.module:factory', not 'planted_bugs'\n")
+
+
+def test_repro_bad_input_exits_2(cli, workdir) -> None:
+    result = cli.invoke(main, ["repro", "nowhere"])
+    assert (result.exit_code, result.stderr) == (2, "nowhere: not a passkit reproducer (no manifest.json)\n")

@@ -21,6 +21,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
+def cli():
+    from click.testing import CliRunner
+
+    return CliRunner()
+
+
+@pytest.fixture
 def planted(register_passkit_plugin, tmp_path, monkeypatch):
     """The planted passes registered, and a scratch folder as the working directory."""
     monkeypatch.chdir(tmp_path)
@@ -132,8 +139,18 @@ def test_passkit_repro_replays_in_a_fresh_process_without_the_model(planted) -> 
     assert fixed.returncode == 0, fixed.stderr
     assert fixed.stdout.startswith(f"did not reproduce: {folder}/pipeline.toml: steps[3] (planted.scale_add) ran cleanly")
     assert "passkit repro: pass planted.scale_add is planted.scale_add@1:" in fixed.stderr
-    missing = _passkit(planted, "repro", folder)
-    assert (missing.returncode, missing.stderr) == (
-        2, f"{folder}/pipeline.toml: steps[3]: unknown pass 'planted.scale_add'; 'passkit passes' lists the registered passes\n"
+
+
+def test_replaying_without_the_pass_installed_is_a_one_line_error(planted, cli) -> None:
+    from passkit.cli import main
+
+    _fail(_pipeline(planted, "planted.scale_add", after="joint"), passkit.VerificationError)
+    get_plugin_manager().unregister(name="planted_bugs")
+    try:
+        result = cli.invoke(main, ["repro", "passkit-repro/04-planted.scale_add"])
+    finally:
+        get_plugin_manager().register(planted_bugs, name="planted_bugs")
+    assert (result.exit_code, result.stderr) == (
+        2, "passkit-repro/04-planted.scale_add/pipeline.toml: steps[3]: unknown pass 'planted.scale_add'; "
+        "'passkit passes' lists the registered passes\n"
     )
-    assert _passkit(planted, "repro", "nowhere").stderr == "nowhere: not a passkit reproducer (no manifest.json)\n"
