@@ -23,7 +23,7 @@ def command(ctx: click.Context, folder: Path, plugins: tuple[str, ...], as_json:
 
     Exits 1 when the step fails again the same way, 0 when it does not.
     """
-    from passkit.debug.repro import replay
+    from passkit.debug.replay import replay
     from passkit.plugins import get_plugin_manager
     from passkit.registry import get_registry
 

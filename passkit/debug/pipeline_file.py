@@ -10,14 +10,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
+import pydantic_core
 import tomli_w
-
-from passkit.pipeline.model import options_json
 
 if TYPE_CHECKING:
     from passkit.pipeline import Pipeline, Step
 
 __all__ = ["pipeline_toml"]
+
+
+def _options(options: Any) -> dict[str, Any]:
+    """Option values as TOML-able data; values without a JSON form become their ``repr``."""
+    return pydantic_core.to_jsonable_python(options.model_dump(), fallback=repr)
 
 
 def _without_none(value: Any) -> Any:
@@ -53,7 +57,7 @@ def pipeline_toml(
             entry["when"] = step.when
         if not step.enabled:
             entry["enabled"] = False
-        entry.update(_without_none(options_json(step.options)))
+        entry.update(_without_none(_options(step.options)))
         if any(isinstance(value, dict) for value in entry.values()):
             parts.append(tomli_w.dumps({"steps": [entry]}))  # nested tables only have an inline form here
         else:

@@ -12,36 +12,30 @@ changes numerics. The folder (``<repro_dir>/NN-<step id>``, never an existing on
 - ``inputs.pt``: the real input values, when they are known (``verify = "numerics"``) and
   under ``MAX_INPUT_BYTES`` in all.
 
-``replay`` loads the program and runs the one step again, with the pipeline's ``verify``
-setting; numerics are compared with the program as it was before the step. It reproduces when
-the step fails the same way (``crash``, ``fact`` or ``numerics``) as recorded.
+``passkit.debug.replay`` replays the folder. This module imports nothing above the built-ins
+layer, so the ``repro`` instrument can use it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.metadata
 import json
 import platform
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from passkit.debug.pipeline_file import pipeline_toml
-from passkit.debug.program_file import TensorMeta, read_program, write_program
-from passkit.errors import PasskitError, PassError, PipelineError, VerificationError
+from passkit.debug.program_file import write_program
+from passkit.errors import VerificationError
 
 if TYPE_CHECKING:
-    import pluggy
-
     from passkit.hookspecs import StepContext
     from passkit.program import Program
-    from passkit.registry import Registry
 
-__all__ = ["MAX_INPUT_BYTES", "MANIFEST", "failure_kind", "write_reproducer", "Replay", "replay"]
+__all__ = ["MAX_INPUT_BYTES", "MANIFEST", "FORMAT", "failure_kind", "versions", "write_reproducer"]
 
 MAX_INPUT_BYTES = 64 * 2**20
 MANIFEST = "manifest.json"
@@ -76,17 +70,27 @@ def _unique_folder(root: Path, stem: str) -> Path:
 
 
 def versions() -> dict[str, Any]:
-    """Python, torch, passkit and each registered plugin's distribution and version."""
+    """Python, torch and passkit, and each installed plugin (``passkit`` entry point) with its
+    distribution and version."""
     from passkit import __version__
-    from passkit.plugins import get_plugin_manager
 
-    pm = get_plugin_manager()
-    plugins = {name: f"{dist} {version}".strip() for name, (dist, version) in sorted(pm.distributions.items())}
+    plugins = {}
+    for entry_point in importlib.metadata.entry_points(group="passkit"):
+        dist = entry_point.dist
+        plugins[entry_point.name] = f"{dist.metadata['Name']} {dist.version}" if dist is not None else ""
     try:
         passkit_version = importlib.metadata.version("passkit")
     except importlib.metadata.PackageNotFoundError:
         passkit_version = __version__
-    return {"python": platform.python_version(), "torch": torch.__version__, "passkit": passkit_version, "plugins": plugins}
+    return {"python": platform.python_version(), "torch": torch.version.__version__, "passkit": passkit_version, "plugins": dict(sorted(plugins.items()))}
+
+
+def _pass_origin(fn: Any) -> dict[str, str]:
+    """The module that defines a pass, and the installed distribution that ships it, if any."""
+    module = getattr(fn, "__module__", "") or ""
+    dists = importlib.metadata.packages_distributions().get(module.split(".")[0], [])
+    dist = dists[0] if dists else ""
+    return {"module": module, "distribution": f"{dist} {importlib.metadata.version(dist)}" if dist else ""}
 
 
 def _input_values(real_inputs: list[Any] | None) -> list[Any] | None:
@@ -120,6 +124,7 @@ def write_reproducer(context: StepContext, before: Program, exc: BaseException) 
             "pass": step.pass_name,
             "fingerprint": step.pass_.fingerprint(),
             "label": context.label,
+            **_pass_origin(step.pass_.fn),
         },
         "failure": {"kind": failure_kind(exc), "message": _one_line(exc)},
         "previous": list(context.previous),
@@ -131,98 +136,3 @@ def write_reproducer(context: StepContext, before: Program, exc: BaseException) 
     }
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return folder
-
-
-@dataclass
-class Replay:
-    """What replaying a reproducer showed."""
-
-    folder: str
-    label: str
-    recorded_kind: str
-    recorded_message: str
-    kind: str | None  # None: the step ran cleanly
-    message: str
-    version_notes: list[str]
-
-    @property
-    def reproduced(self) -> bool:
-        return self.kind == self.recorded_kind
-
-    def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "reproduced": self.reproduced}
-
-
-def read_manifest(folder: Path) -> dict[str, Any]:
-    """The reproducer's manifest; a one-line error when ``folder`` is not a reproducer."""
-    path = folder / MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PasskitError(f"{folder}: not a passkit reproducer (no {MANIFEST})") from None
-    except (OSError, ValueError) as exc:
-        raise PasskitError(f"{path}: cannot read: {exc}") from None
-    if manifest.get("format") != FORMAT:
-        raise PasskitError(f"{path}: reproducer format {manifest.get('format')!r}, this passkit reads {FORMAT}")
-    if not manifest.get("replayable"):
-        raise PasskitError(f"{folder}: cannot replay: {manifest.get('not_replayable_because')}")
-    return manifest
-
-
-def _version_notes(recorded: dict[str, Any]) -> list[str]:
-    now = versions()
-    notes = [
-        f"{key} {recorded.get(key)} recorded, {now[key]} installed"
-        for key in ("torch", "passkit")
-        if recorded.get(key) != now[key]
-    ]
-    for name, version in recorded.get("plugins", {}).items():
-        if now["plugins"].get(name) != version:
-            notes.append(f"plugin {name!r} {version} recorded, {now['plugins'].get(name, 'not installed')} installed")
-    return notes
-
-
-def real_inputs(folder: Path, program: Program) -> list[Any]:
-    """The saved input values, else seeded values of the recorded shapes and dtypes."""
-    saved = folder / "inputs.pt"
-    if saved.is_file():
-        # Saved where they lived; a machine without CUDA still replays a CPU-only failure.
-        return torch.load(saved, weights_only=True, map_location=None if torch.cuda.is_available() else "cpu")
-    return [TensorMeta.of(x).real(seed=i) if isinstance(x, torch.Tensor) else x for i, x in enumerate(program.example_inputs)]
-
-
-def replay(folder: Path, *, pm: pluggy.PluginManager, registry: Registry) -> Replay:
-    """Run the reproducer's failing step again on its saved program."""
-    from passkit.evaluate import Reference
-    from passkit.pipeline import load_pipeline
-    from passkit.runner import run_pipeline
-
-    manifest = read_manifest(folder)
-    recorded = manifest["step"]
-    pipeline = load_pipeline(folder / "pipeline.toml", registry=registry)
-    position = recorded["position"]
-    if position >= len(pipeline.steps) or pipeline.steps[position].id != recorded["id"]:
-        raise PipelineError(f"{folder / 'pipeline.toml'}: has no step {recorded['id']!r} at position {position}")
-    step = pipeline.steps[position]
-    notes = _version_notes(manifest.get("versions", {}))
-    if step.pass_.fingerprint() != recorded["fingerprint"]:
-        notes.append(f"pass {step.pass_name} is {step.pass_.fingerprint()}, the reproducer recorded {recorded['fingerprint']}")
-    program = read_program(folder, registry)
-    verify = manifest["verify"]
-    reference = Reference(program, real_inputs(folder, program)) if verify == "numerics" else None
-    one_step = dataclasses.replace(pipeline, steps=(step,)).with_settings(dump="off", repro_dir="")
-    kind, message = None, ""
-    try:
-        run_pipeline(one_step, program, pm=pm, registry=registry, reference=reference)
-    except (PassError, VerificationError) as exc:
-        cause = exc.__cause__ if isinstance(exc, PassError) and exc.__cause__ is not None else exc
-        kind, message = failure_kind(cause), str(exc).strip().splitlines()[0]
-    return Replay(
-        folder=str(folder),
-        label=pipeline.where(step),
-        recorded_kind=manifest["failure"]["kind"],
-        recorded_message=manifest["failure"]["message"],
-        kind=kind,
-        message=message,
-        version_notes=notes,
-    )

@@ -145,10 +145,11 @@ class _DropGradPlugin:
 def test_a_pass_that_drops_a_gradient_fails_numerics_verification(tmp_path, register_passkit_plugin) -> None:
     register_passkit_plugin(_DropGradPlugin(), name="test-drop-grad")
     pipeline = _pipeline(tmp_path, '[[steps]]\npass = "test.drop_grad"\nafter = "partition.default"\n')
-    compiled = passkit.aot_function(lambda x, w: (x * w).sum(-1), pipeline=pipeline)
+    repro = tmp_path / "repro"
+    compiled = passkit.aot_function(lambda x, w: (x * w).sum(-1), pipeline=pipeline, repro_dir=str(repro))
     with pytest.raises(passkit.VerificationError) as info:
         compiled(torch.full((3, 4), 2.0), torch.full((4,), 3.0, requires_grad=True))
     assert str(info.value) == (
         f"{pipeline}: steps[0] (test.drop_grad) changed numerics: "
-        "tensor (4,) torch.float32 vs None in grad[0] of graph backward"
+        f"tensor (4,) torch.float32 vs None in grad[0] of graph backward (reproducer: {repro}/05-test.drop_grad)"
     )
