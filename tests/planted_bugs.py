@@ -1,7 +1,7 @@
 """Planted bugs for the debugging tests, importable as a plugin module (``--plugin planted_bugs``)
 and as a model factory (``--model planted_bugs:tiny``), also from a fresh process.
 
-``planted.scale_add`` multiplies the result of every addition by 1.001 (a miscompile that only
+``planted.scale_add`` multiplies the result of every floating-point addition by 1.001 (a miscompile that only
 numerics catch); ``planted.explode`` raises.
 """
 
@@ -18,11 +18,12 @@ SCALE = 1.001
 
 @passkit.graph_pass("planted.scale_add", requires={"functional"})
 def scale_add(program: passkit.Program) -> bool:
-    """Miscompile on purpose: scale the result of every aten.add.Tensor by 1.001."""
+    """Miscompile on purpose: scale the result of every floating aten.add.Tensor by 1.001."""
     changed = False
     for gm in program.graphs.values():
         for node in list(gm.graph.nodes):
-            if node.target is torch.ops.aten.add.Tensor:
+            value = node.meta.get("val")
+            if node.target is torch.ops.aten.add.Tensor and value is not None and value.dtype.is_floating_point:
                 with gm.graph.inserting_after(node):
                     scaled = gm.graph.call_function(torch.ops.aten.mul.Tensor, (node, SCALE))
                 node.replace_all_uses_with(scaled, delete_user_cb=lambda user: user is not scaled)

@@ -9,7 +9,8 @@ program (``passkit.evaluate.Reference``, the same comparison as ``verify = "nume
 1. The whole pipeline runs once; if it agrees with the capture, every step is good.
 2. A binary search over how many of the applicable steps run finds the first bad one.
 3. Every earlier step that no later step needs a fact from is left out in turn, and stays out
-   when the failure still shows: what remains is the minimal pipeline.
+   when the failure still shows with the bad step and the steps before it still agree with the
+   capture: what remains is the minimal pipeline. Trials are cached by the steps they run.
 4. The minimal pipeline is written as a file, read back and run once more with ``verify`` on,
    which confirms it and writes a reproducer (``passkit.debug.repro``).
 
@@ -165,13 +166,17 @@ def bisect_program(
     ]
     result = Bisection(graph=graph, applicable=applicable)
 
+    seen: dict[tuple[int, ...], Outcome] = {(): Outcome(None)}  # no steps: the capture itself
+
     def run(count: int, leave_out: frozenset[int] = frozenset()) -> Outcome:
+        numbers = [p + 1 for p in applicable[:count] if p not in leave_out]
+        if tuple(numbers) in seen:
+            return seen[tuple(numbers)]
         limit = applicable[count - 1] + 1 if count else 0
         outcome = trial(captured, reference, quiet, StepFilter(limit, leave_out), pm=pm, registry=registry)
-        numbers = [p + 1 for p in applicable[:count] if p not in leave_out]
-        shown = f"steps {_ranges(numbers)}" if numbers else "no steps"
-        say(f"bisect: {graph}: {shown}: {outcome.kind or 'good'}")
+        say(f"bisect: {graph}: steps {_ranges(numbers)}: {outcome.kind or 'good'}")
         result.trials.append({"steps": numbers, "outcome": outcome.kind or "good", "message": outcome.message})
+        seen[tuple(numbers)] = outcome
         return outcome
 
     last = run(len(applicable))
@@ -193,7 +198,10 @@ def bisect_program(
         kept = [p for p in applicable[:bad] if p not in left_out and p != position]
         if not _needed(pipeline, captured, kept, registry):
             continue
-        if run(bad, frozenset(left_out | {position})).kind == last.kind:
+        candidate = frozenset(left_out | {position})
+        # Out for good only if the bad step still fails and the steps before it are still good:
+        # else the difference would come from somewhere else than the bad step.
+        if run(bad, candidate).kind == last.kind and not run(bad - 1, candidate).bad:
             left_out.add(position)
     prefix = [pipeline.steps[p] for p in applicable[:bad] if p not in left_out]
     result.minimal = _with_tail(pipeline, prefix, [pipeline.steps[p] for p in applicable[bad:]], registry)
@@ -236,11 +244,11 @@ def _ranges(numbers: list[int]) -> str:
 
 
 def write_minimal(pipeline: Pipeline, bisection: Bisection, path: Path) -> Path:
-    """Write the minimal pipeline: the steps that still show the failure, with ``verify`` on
-    so that running it names the bad step."""
+    """Write the minimal pipeline: the steps that still show the failure, with ``verify =
+    "numerics"`` so that running it names the bad step, also when the step itself does not raise
+    but leaves a program that changes numerics or fails to run."""
     assert bisection.first_bad is not None
     kind = bisection.outcome.kind
-    verify = "numerics" if kind == "numerics" else ("facts" if pipeline.settings.verify == "off" else pipeline.settings.verify)
     first = bisection.first_bad
     comment = (
         f"Minimal pipeline written by passkit bisect: {pipeline.where(first)} is the first bad step ({kind}).\n"
@@ -252,7 +260,7 @@ def write_minimal(pipeline: Pipeline, bisection: Bisection, path: Path) -> Path:
         name=f"{pipeline.name}-minimal",
         description=f"the steps up to {first.id} that still show the failure",
         comment=comment,
-        verify=verify,
+        verify="numerics",
     )
     path.write_text(text, encoding="utf-8")
     return path

@@ -62,10 +62,12 @@ def test_bisect_names_the_scaled_add_and_leaves_out_the_steps_it_does_not_need(p
     assert result.outcome.message.startswith("changed numerics: max |diff| ")
     # decompose and joint are not needed to show the scaled add; codegen.python makes it a pipeline.
     assert [s.id for s in result.minimal] == ["functionalize", "planted.scale_add", "codegen.python"]
-    # Binary search: the whole pipeline, then halves, then leaving out each optional step.
+    # Binary search: the whole pipeline, then halves; then leaving out each optional step, with the
+    # bad step (it must still fail) and without it (the rest must still be good; [1, 2] is known).
     assert [t["steps"] for t in result.trials] == [
-        [1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4], [1, 2], [1, 2, 3], [1, 2, 4], [1, 4],
+        [1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4], [1, 2], [1, 2, 3], [1, 2, 4], [1, 4], [1],
     ]
+    assert [t["outcome"] for t in result.trials] == ["numerics", "numerics", "good", "good", "numerics", "numerics", "good"]
     path = write_minimal(pipeline, result, planted / "minimal.toml")
     minimal = passkit.load_pipeline(str(path))
     assert (minimal.settings.verify, [s.id for s in minimal.steps]) == (
