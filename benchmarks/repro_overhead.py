@@ -1,4 +1,5 @@
-"""Measure what reproducers cost a run that does not fail: the program snapshot before each step.
+"""Measure what reproducers cost a run that does not fail: one snapshot of the program before its
+first step (a failing step rebuilds the state before it from that snapshot).
 
 For each model, the program is captured once through Dynamo; then rounds alternate between
 running the ``training-python`` pipeline on a fresh copy with ``repro_dir`` set (the default)

@@ -102,8 +102,11 @@ def _input_values(real_inputs: list[Any] | None) -> list[Any] | None:
     return [x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x for x in real_inputs]
 
 
-def write_reproducer(context: StepContext, before: Program, exc: BaseException) -> Path:
-    """Write the reproducer for ``context``'s step, which raised ``exc`` on ``before``."""
+def write_reproducer(context: StepContext, before: Program, exc: BaseException, *, faithful: bool = True) -> Path:
+    """Write the reproducer for ``context``'s step, which raised ``exc`` on ``before``.
+
+    ``faithful`` says whether ``before`` has the graphs the failing run had before the step.
+    """
     step, pipeline = context.step, context.pipeline
     number = step.position + 1
     folder = _unique_folder(Path(pipeline.settings.repro_dir), f"{number:02d}-{_UNSAFE.sub('_', step.id)}")
@@ -130,6 +133,7 @@ def write_reproducer(context: StepContext, before: Program, exc: BaseException) 
         "previous": list(context.previous),
         "verify": pipeline.settings.verify,
         "replayable": unportable is None,
+        "same_graphs_as_the_failing_run": faithful,
         "not_replayable_because": unportable,
         "input_values": "inputs.pt" if values is not None else None,
         "versions": versions(),

@@ -66,6 +66,8 @@ def test_a_numerics_change_writes_a_reproducer_named_in_the_error(planted) -> No
     assert manifest["step"]["fingerprint"] == planted_bugs.scale_add.fingerprint()
     assert manifest["failure"] == {"kind": "numerics", "message": message.split(" (reproducer:")[0]}
     assert manifest["previous"] == ["functionalize", "decompose", "joint"]
+    # Rebuilt by running those steps again on the first snapshot: the same graphs as the failing run.
+    assert manifest["same_graphs_as_the_failing_run"] is True
     assert manifest["versions"]["torch"] == torch.version.__version__
     assert sorted(manifest["versions"]) == ["passkit", "plugins", "python", "torch"]  # plugins: installed entry points
     # The program as it was before the failing step: the joint graph, as code.
