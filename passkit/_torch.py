@@ -450,3 +450,43 @@ def propagate_fake_values(gm: GraphModule) -> str | None:
         lines = str(exc).strip().splitlines()
         return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
     return None
+
+# --- debugging (passkit.debug, passkit.instruments.repro, passkit.instruments.dumps) ---
+
+
+def graph_codegen(graph: torch.fx.Graph) -> Any:
+    """The graph's code generator (plain or pytree calling convention), to copy or serialise."""
+    return graph._codegen
+
+
+def op_name(target: Any) -> str | None:
+    """``"aten.add.Tensor"`` for an ``OpOverload``, ``"aten.add"`` for a packet; else None."""
+    if isinstance(target, (OpOverload, OpOverloadPacket)):
+        return str(target)
+    return None
+
+
+def current_compile_id() -> str | None:
+    """Dynamo's id of the graph being compiled (``"0/1"``: frame 0, its second compile), if any."""
+    try:
+        from torch._guards import CompileContext
+
+        compile_id = CompileContext.current_compile_id()
+    except Exception:  # outside Dynamo, or an API change: callers fall back to a counter
+        return None
+    return None if compile_id is None else str(compile_id)
+
+
+def structured_trace_enabled() -> bool:
+    """Whether torch's structured trace is on (``TORCH_TRACE`` set when torch was imported)."""
+    from torch._logging._internal import trace_log
+
+    return bool(trace_log.handlers)
+
+
+def trace_artifact(name: str, payload: str, *, encoding: str = "string") -> None:
+    """Emit one artifact into torch's structured trace (what ``tlparse`` renders), under the
+    current Dynamo compile id when there is one."""
+    from torch._logging import trace_structured
+
+    trace_structured("artifact", metadata_fn=lambda: {"name": name, "encoding": encoding}, payload_fn=lambda: payload)

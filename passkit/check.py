@@ -21,7 +21,7 @@ from passkit.compare import compare_values
 from passkit.errors import PasskitError
 from passkit.report import Report, StepRecord
 
-__all__ = ["CheckResult", "run_check", "load_factory", "DEFAULT_MODEL"]
+__all__ = ["CheckResult", "run_check", "load_factory", "build_model", "DEFAULT_MODEL"]
 
 DEFAULT_MODEL = "passkit.examples.transformer:block"
 
@@ -69,7 +69,8 @@ def load_factory(spec: str) -> Callable[[], Any]:
     return factory
 
 
-def _build(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
+def build_model(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    """Call the ``--model`` factory; it must return ``(module, example_inputs)``."""
     made = load_factory(spec)()
     if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module)):
         raise PasskitError(f"--model {spec}: the factory must return (module, example_inputs)")
@@ -97,7 +98,7 @@ def run_check(
     resolved = load_pipeline(pipeline)
     if dump_dir is not None:
         resolved = resolved.with_settings(dump_dir=dump_dir, dump="all" if resolved.settings.dump == "off" else resolved.settings.dump)
-    eager_model, inputs = _build(spec)
+    eager_model, inputs = build_model(spec)
     compiled_model = copy.deepcopy(eager_model)
     training = resolved.can_train and any(p.requires_grad for p in eager_model.parameters())
     compiled = passkit.compile(compiled_model, pipeline=resolved, progress=progress)

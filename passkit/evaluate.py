@@ -80,7 +80,9 @@ def _observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
             outs = graphs["main"](*clones)
         return _finish(program, io.outputs, list(outs), clones, grads=[])
     plan = JointPlan(program)
-    with torch.no_grad():
+    # The probe only learns output shapes; it must not consume the random numbers that the joint
+    # run draws, or a model with dropout would differ from the capture at this stage alone.
+    with torch.no_grad(), torch.random.fork_rng():
         probe = graphs["main"](*[c.detach() if isinstance(c, torch.Tensor) else c for c in clones])
     tangents = _tangents_for(program, io.outputs, plan.diff_outputs, probe)
     results = make_joint_fn(plan)(*clones, *tangents)

@@ -8,8 +8,9 @@ receive; it gains fields, never loses them.
 
 Wrappers of ``passkit_run_step`` run in a fixed order. The built-in instruments are plain
 wrappers registered in this order, innermost first: ``timing`` (times the pass alone),
-``dumps``, ``verify`` (so a dump of a failing step exists before verification raises). A
-plugin's plain wrapper, registered later, wraps all of them; ``tryfirst=True`` makes it the
+``dumps``, ``verify`` (so a dump of a failing step exists before verification raises),
+``repro`` (so verification failures get a reproducer too). A plugin's plain wrapper,
+registered later, wraps all of them; ``tryfirst=True`` makes it the
 outermost of all, ``trylast=True`` the innermost (inside ``timing``).
 """
 

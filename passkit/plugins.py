@@ -54,6 +54,9 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("timing", "passkit.instruments.timing"),
     ("dumps", "passkit.instruments.dumps"),
     ("verify", "passkit.instruments.verify"),
+    ("repro", "passkit.instruments.repro"),
+    ("html_report", "passkit.instruments.html_report"),
+    ("structured_trace", "passkit.instruments.structured_trace"),
     ("shipped_pipelines", "passkit.passes.shipped_pipelines"),
     ("rewrite", "passkit.passes.rewrite"),
 )

@@ -30,6 +30,7 @@ class StepRecord:
     nodes_before: int = 0
     nodes_after: int = 0
     dumps: list[str] = field(default_factory=list)
+    repro: str = ""  # the reproducer folder a failing step wrote (passkit.instruments.repro)
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -97,6 +98,7 @@ class Report:
         steps = []
         for record in self.records:
             data = asdict(record)
+            data["number"] = record.position + 1  # 1-based, as in the table and dump names
             data["stats"] = {str(k): _plain(v) for k, v in record.stats.items()}
             steps.append(data)
         return {"pipeline": self.pipeline, "graph": self.graph, "seconds": self.seconds, "steps": steps}

@@ -86,8 +86,10 @@ def _run_step(pm: pluggy.PluginManager, registry: Registry, context: StepContext
     context.graph_hash_before = program.graph_hash()
     try:
         claimed = pm.hook.passkit_run_step(context=context)
-    except VerificationError:
-        raise
+    except VerificationError as exc:
+        if not record.repro:
+            raise
+        raise VerificationError(f"{exc} (reproducer: {record.repro})") from exc
     except Exception as exc:
         raise PassError(_failure_message(context, exc)) from exc
     changed = context.graphs_changed
@@ -107,7 +109,8 @@ def _failure_message(context: StepContext, exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     what = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
     after = f"after: {', '.join(context.previous)}" if context.previous else "first step"
-    return f"{context.label} failed{where_it_failed(exc)}: {what} ({after})"
+    repro = f" (reproducer: {context.record.repro})" if context.record.repro else ""
+    return f"{context.label} failed{where_it_failed(exc)}: {what} ({after}){repro}"
 
 
 def _check_requires(pipeline: Pipeline, step: Step, program: Program) -> None:

@@ -35,11 +35,13 @@ def test_backend_object_takes_a_pipeline_and_settings(tmp_path) -> None:
     x = torch.randn(5, requires_grad=True)
     compiled(x).sum().backward()
     assert len(backend.reports) == 1
-    dumped = sorted(p.name for p in (tmp_path / "dump").iterdir())
+    (folder,) = (tmp_path / "dump").iterdir()  # one folder per compiled graph, named after Dynamo's compile id
+    assert folder.name.startswith("compile-")
+    dumped = sorted(p.name for p in folder.iterdir())
     assert "00-captured-main.py" in dumped
     assert any(name.endswith("-partition.default-forward.py") for name in dumped)
     assert any(name.endswith("-partition.default-backward.py") for name in dumped)
-    backward = next((tmp_path / "dump").glob("*-partition.default-backward.py")).read_text().splitlines()
+    backward = next(folder.glob("*-partition.default-backward.py")).read_text().splitlines()
     assert backward[2] == "# facts: captured, decomposed, functional, partitioned"
     assert backward[3].startswith("# inputs: saved[0], ") and backward[3].endswith("tangent[0]")
     assert backward[4] == "# outputs: grad[0]"

@@ -58,7 +58,7 @@ def test_to_json_is_plain_data_that_round_trips() -> None:
     assert data["steps"][1] == {
         "position": 1, "id": "joint", "pass_name": "joint", "status": "skipped",
         "reason": "inference program", "changed": False, "claimed_changed": None, "seconds": 0.0,
-        "nodes_before": 0, "nodes_after": 0, "dumps": [], "stats": {},
+        "nodes_before": 0, "nodes_after": 0, "dumps": [], "repro": "", "stats": {}, "number": 2,
     }
     assert data["steps"][2]["dumps"] == ["d/03-partition-forward.py", "d/03-partition-backward.py"]
     assert data["steps"][3]["stats"] == {"ratio": 0.5, "shape": [2, 3], "odd": "<class 'object'>", "inf": "inf"}

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from passkit.cli import explain, passes, patterns, pipelines, run, terminal, validate
+from passkit.cli import bisect, explain, passes, patterns, pipelines, repro, run, terminal, validate
 from passkit.errors import PasskitError
 
 __all__ = ["main", "PasskitGroup", "EXIT_USAGE"]
@@ -65,5 +65,5 @@ def main() -> None:
     """
 
 
-for _module in (passes, pipelines, patterns, validate, explain, run):
+for _module in (passes, pipelines, patterns, validate, explain, run, bisect, repro):
     main.add_command(_module.command)

@@ -63,7 +63,7 @@ def explain_text(pipeline: Pipeline) -> str:
         title = f"{step.id} (pass {step.pass_name})" if step.id != step.pass_name else step.id
         if flags:
             title += f" [{', '.join(flags)}]"
-        rows.append((str(step.position), title, step.origin.get("pass", DEFAULT_ORIGIN)))
+        rows.append((str(step.position + 1), title, step.origin.get("pass", DEFAULT_ORIGIN)))
         for key, value in step.options.model_dump().items():
             rows.extend(_option_rows(key, value, step.origin.get(key, DEFAULT_ORIGIN)))
     lines.append(terminal.table(("#", "step", "set by"), rows))

@@ -20,15 +20,23 @@ __all__ = ["command", "verdict"]
               help="Factory returning (module, example_inputs); default: the bundled transformer block.")
 @click.option("--dump", "dump_dir", metavar="DIR", default=None, help="Write each step's graph code into DIR.")
 @click.option("--json", "json_out", metavar="OUT", default=None, help="Write the result as JSON to OUT ('-': stdout).")
+@click.option("--report", metavar="FILE", default=None, help="Write an HTML report of the run to FILE.")
 @click.pass_context
-def command(ctx: click.Context, file: str, model: str | None, dump_dir: str | None, json_out: str | None) -> None:
+def command(
+    ctx: click.Context, file: str, model: str | None, dump_dir: str | None, json_out: str | None, report: str | None
+) -> None:
     """Compile a model with pipeline FILE, run one step and compare outputs and gradients with eager.
 
     Exits 1 when the compiled results differ from eager.
     """
     from passkit.check import run_check
 
-    result = run_check(file, model=model, dump_dir=dump_dir, progress=terminal.progress)
+    pipeline: Any = file
+    if report is not None:
+        from passkit.api import load_pipeline
+
+        pipeline = load_pipeline(file).with_settings(report=report)
+    result = run_check(pipeline, model=model, dump_dir=dump_dir, progress=terminal.progress)
     # With JSON on stdout, stdout must hold only the JSON; the verdict moves to stderr.
     json_on_stdout = json_out == "-"
     if not json_on_stdout:

@@ -6,7 +6,9 @@ step the runner runs, so the runner's loop stays free of timing, dumping and ver
 - ``timing``: wall time of the step into ``record.seconds`` (innermost, so it times the pass);
 - ``dumps``: each graph's code after a step, per ``settings.dump``, into ``settings.dump_dir``;
 - ``verify``: re-checks facts (and numerics) after each step, per ``settings.verify``
-  (outermost, so a dump of the offending step exists before verification fails).
+  (outside ``dumps``, so a dump of the offending step exists before verification fails);
+- ``repro``: snapshots the program before each step and writes a reproducer when the step
+  fails, per ``settings.repro_dir`` (outermost, so verification failures are caught too).
 
 Instruments only read the step context and annotate ``context.record``; they never change the
 program.

@@ -43,6 +43,8 @@ class Settings(pydantic.BaseModel):
     dump: Literal["off", "changed", "all"] = "off"
     dump_dir: str = "passkit-dump"
     on_error: Literal["raise", "eager"] = "raise"
+    repro_dir: str = "passkit-repro"  # a failing step writes a reproducer here; "" writes none
+    report: str = ""  # an HTML report of the run is written to this file; "" writes none
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,7 @@ class Pipeline:
 def _explain_step(step: Step) -> dict[str, Any]:
     options = options_json(step.options)
     return {
+        "number": step.position + 1,  # 1-based, as in run tables, progress lines and dump names
         "position": step.position,
         "id": step.id,
         "pass": step.pass_name,

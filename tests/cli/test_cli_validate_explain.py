@@ -64,21 +64,23 @@ def test_explain_shows_where_each_value_came_from(cli, registry, workdir, good_t
         "files: good.toml -> child.toml\n"
         "\n"
         "settings:\n"
-        "key       value           set by\n"
-        "--------  --------------  ----------\n"
-        'verify    "facts"         good.toml\n'
-        'dump      "all"           child.toml\n'
-        'dump_dir  "passkit-dump"  <default>\n'
-        'on_error  "raise"         <default>\n'
+        "key        value            set by\n"
+        "---------  ---------------  ----------\n"
+        'verify     "facts"          good.toml\n'
+        'dump       "all"            child.toml\n'
+        'dump_dir   "passkit-dump"   <default>\n'
+        'on_error   "raise"          <default>\n'
+        'repro_dir  "passkit-repro"  <default>\n'
+        'report     ""               <default>\n'
         "\n"
         "steps:\n"
         "#  step          set by\n"
         "-  ------------  ----------\n"
-        "0  t.functional  good.toml\n"
-        "1  t.fold        good.toml\n"
+        "1  t.functional  good.toml\n"
+        "2  t.fold        good.toml\n"
         "     limit = 7   good.toml\n"
         "     keep = []   child.toml\n"
-        "2  t.codegen     good.toml\n"
+        "3  t.codegen     good.toml\n"
     )
 
 
@@ -104,14 +106,14 @@ def test_explain_marks_disabled_and_conditional_steps(cli, registry, workdir, go
     assert steps == (
         "#  step                                       set by\n"
         "-  -----------------------------------------  ----------\n"
-        "0  t.functional                               good.toml\n"
-        "1  t.fold [disabled by child.toml]            good.toml\n"
+        "1  t.functional                               good.toml\n"
+        "2  t.fold [disabled by child.toml]            good.toml\n"
         "     limit = 7                                good.toml\n"
         '     keep = ["aten.gelu"]                     <default>\n'
-        "2  late-fold (pass t.fold) [when = training]  child.toml\n"
+        "3  late-fold (pass t.fold) [when = training]  child.toml\n"
         "     limit = 100                              <default>\n"
         '     keep = ["aten.gelu"]                     <default>\n'
-        "3  t.codegen                                  good.toml\n"
+        "4  t.codegen                                  good.toml\n"
     )
 
 

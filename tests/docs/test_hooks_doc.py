@@ -172,12 +172,17 @@ def test_register_facts_example_is_verified_after_every_step(tmp_path: Path) -> 
     registry = build_registry(pm)
     assert registry.facts["acme.no_double_neg"].description == "no neg(neg(x)) remains"
     path = tmp_path / "p.toml"
-    path.write_text('[settings]\nverify = "facts"\n[[steps]]\npass = "acme.double_neg"\n[[steps]]\npass = "codegen.python"\n')
+    repro = tmp_path / "repro"
+    path.write_text(
+        f'[settings]\nverify = "facts"\nrepro_dir = "{repro}"\n'
+        '[[steps]]\npass = "acme.double_neg"\n[[steps]]\npass = "codegen.python"\n'
+    )
     program = program_from_function(lambda x: x.sin(), [torch.randn(3)])
     with pytest.raises(passkit.VerificationError) as caught:
         run_pipeline(load_pipeline(str(path), registry=registry), program, pm=pm, registry=registry)
     assert str(caught.value) == (
-        f"{path}: steps[0] (acme.double_neg) broke fact 'acme.no_double_neg': main:neg_1 negates a negation"
+        f"{path}: steps[0] (acme.double_neg) broke fact 'acme.no_double_neg': main:neg_1 negates a negation "
+        f"(reproducer: {repro}/01-acme.double_neg)"
     )
 
 

@@ -37,7 +37,7 @@ def test_dumps_of_the_offending_step_exist_before_verification_fails(kit, progra
     pipeline = kit.pipeline("test.fake_functional", verify="facts", dump="all", dump_dir=str(tmp_path))
     with pytest.raises(VerificationError):
         kit.run(pipeline, program_factory(mutating=True))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["00-captured-main.py", "01-test.fake_functional-main.py"]
+    assert sorted(p.name for p in (tmp_path / "graph-1").iterdir()) == ["00-captured-main.py", "01-test.fake_functional-main.py"]
 
 
 class Reference:

@@ -22,7 +22,10 @@ def _pipeline(tmp_path, decompose: str, *, order: str = "after", verify: str = "
         steps[1], steps[2] = steps[2], steps[1]
     steps += ['[[steps]]\npass = "partition.default"\n', extra, '[[steps]]\npass = "codegen.python"\n']
     path = tmp_path / "p.toml"
-    path.write_text(f'[pipeline]\nname = "p"\n\n[settings]\nverify = "{verify}"\n\n' + "\n".join(s for s in steps if s))
+    path.write_text(
+        f'[pipeline]\nname = "p"\n\n[settings]\nverify = "{verify}"\nrepro_dir = "{tmp_path / "repro"}"\n\n'
+        + "\n".join(s for s in steps if s)
+    )
     return str(path)
 
 
@@ -114,7 +117,8 @@ def test_fact_verification_names_ops_outside_the_opset(tmp_path, plugin) -> None
     with pytest.raises(passkit.VerificationError) as info:
         _run(pipeline)
     assert str(info.value) == (
-        f"{pipeline}: steps[4] (test.bring_back_t) broke fact 'decomposed': ops outside the target opset: aten.t.default"
+        f"{pipeline}: steps[4] (test.bring_back_t) broke fact 'decomposed': ops outside the target opset: aten.t.default "
+        f"(reproducer: {tmp_path / 'repro'}/05-test.bring_back_t)"
     )
 
 
@@ -145,13 +149,17 @@ def test_core_aten_target_is_ops_tagged_core(tmp_path) -> None:
 
     def pipeline(extra: str) -> str:
         path = tmp_path / "p.toml"
-        path.write_text(f'[settings]\nverify = "facts"\n\n[[steps]]\npass = "functionalize"\n\n[[steps]]\npass = "decompose"\n{extra}\n'
+        path.write_text(f'[settings]\nverify = "facts"\nrepro_dir = "{tmp_path / "repro"}"\n\n'
+                        f'[[steps]]\npass = "functionalize"\n\n[[steps]]\npass = "decompose"\n{extra}\n'
                         '[[steps]]\npass = "codegen.python"\n')
         return str(path)
 
     with pytest.raises(passkit.VerificationError) as info:
         passkit.aot_function(fn, pipeline=pipeline(""))(torch.randn(4, 3))
-    assert str(info.value).endswith("steps[1] (decompose) broke fact 'decomposed': ops outside the target opset: aten.var_mean.correction")
+    assert str(info.value).endswith(
+        "steps[1] (decompose) broke fact 'decomposed': ops outside the target opset: aten.var_mean.correction "
+        f"(reproducer: {tmp_path / 'repro'}/02-decompose)"
+    )
     lowered = passkit.aot_function(fn, pipeline=pipeline('extra = ["aten.var_mean.correction"]'))
     x = torch.randn(4, 3)
     torch.testing.assert_close(lowered(x), fn(x))

@@ -167,12 +167,16 @@ def test_settings_merge_key_by_key_with_origins(write, registry):
         "dump": "changed",
         "dump_dir": "passkit-dump",
         "on_error": "raise",
+        "repro_dir": "passkit-repro",
+        "report": "",
     }
     assert pipeline.settings_origin == {
         "verify": "base.toml",
         "dump": "over.toml",
         "dump_dir": "<default>",
         "on_error": "<default>",
+        "repro_dir": "<default>",
+        "report": "<default>",
     }
 
 
@@ -238,9 +242,12 @@ def test_explain_shows_every_value_and_the_file_that_set_it(write, registry):
             "dump": {"value": "off", "from": "<default>"},
             "dump_dir": {"value": "passkit-dump", "from": "<default>"},
             "on_error": {"value": "raise", "from": "<default>"},
+            "repro_dir": {"value": "passkit-repro", "from": "<default>"},
+            "report": {"value": "", "from": "<default>"},
         },
         "steps": [
             {
+                "number": 1,
                 "position": 0,
                 "id": "functionalize",
                 "pass": "functionalize",
@@ -250,6 +257,7 @@ def test_explain_shows_every_value_and_the_file_that_set_it(write, registry):
                 "options": {},
             },
             {
+                "number": 2,
                 "position": 1,
                 "id": "f2",
                 "pass": "functionalize",
@@ -259,6 +267,7 @@ def test_explain_shows_every_value_and_the_file_that_set_it(write, registry):
                 "options": {},
             },
             {
+                "number": 3,
                 "position": 2,
                 "id": "decompose",
                 "pass": "decompose",
@@ -272,6 +281,7 @@ def test_explain_shows_every_value_and_the_file_that_set_it(write, registry):
                 },
             },
             {
+                "number": 4,
                 "position": 3,
                 "id": "codegen.python",
                 "pass": "codegen.python",

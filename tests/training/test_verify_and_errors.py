@@ -46,23 +46,28 @@ def _pipeline(tmp_path, extra: str, *, verify: str = "numerics") -> str:
 
 def test_numerics_verification_names_the_first_deviating_step(tmp_path, bad_pass_registered) -> None:
     pipeline = _pipeline(tmp_path, '[[steps]]\npass = "test.mul_to_add"\nafter = "partition.default"\n')
-    compiled = passkit.aot_function(lambda x, w: (x * w).sum(-1), pipeline=pipeline)
+    repro = tmp_path / "repro"
+    compiled = passkit.aot_function(lambda x, w: (x * w).sum(-1), pipeline=pipeline, repro_dir=str(repro))
     with pytest.raises(passkit.VerificationError) as info:
         compiled(torch.full((3, 4), 2.0), torch.full((4,), 3.0, requires_grad=True))
     # 2*3 summed over 4 columns is 24; 2+3 summed is 20.
-    assert str(info.value) == f"{pipeline}: steps[0] (test.mul_to_add) changed numerics: max |diff| 4 in output[0] of graph forward"
+    assert str(info.value) == (
+        f"{pipeline}: steps[0] (test.mul_to_add) changed numerics: max |diff| 4 in output[0] of graph forward "
+        f"(reproducer: {repro}/05-test.mul_to_add)"
+    )
 
 
 def test_numerics_verification_names_the_backward_when_only_gradients_deviate(tmp_path, bad_pass_registered) -> None:
     pipeline = _pipeline(
         tmp_path, '[[steps]]\npass = "test.mul_to_add"\nafter = "partition.default"\ngraph = "backward"\n'
     )
-    compiled = passkit.aot_function(lambda x, w: (x * w).sum(-1), pipeline=pipeline)
+    repro = tmp_path / "repro"
+    compiled = passkit.aot_function(lambda x, w: (x * w).sum(-1), pipeline=pipeline, repro_dir=str(repro))
     with pytest.raises(passkit.VerificationError) as info:
         compiled(torch.full((3, 4), 2.0), torch.full((4,), 3.0, requires_grad=True))
     message = str(info.value)
     assert message.startswith(f"{pipeline}: steps[0] (test.mul_to_add) changed numerics: max |diff| ")
-    assert message.endswith(" in grad[0] of graph backward")
+    assert message.endswith(f" in grad[0] of graph backward (reproducer: {repro}/05-test.mul_to_add)")
 
 
 def test_numerics_verification_passes_for_the_shipped_pipelines() -> None:
@@ -104,11 +109,15 @@ def test_on_error_eager_warns_once_and_runs_uncompiled(tmp_path, register_passki
 
     register_passkit_plugin(Plugin(), name="test-explode")
     pipeline = _pipeline(tmp_path, '[[steps]]\npass = "test.explode"\nafter = "joint"\n', verify="off")
-    raising = passkit.aot_function(lambda x: x.cos(), pipeline=pipeline)
+    repro = tmp_path / "repro"
+    raising = passkit.aot_function(lambda x: x.cos(), pipeline=pipeline, repro_dir=str(repro))
     with pytest.raises(passkit.PassError) as info:
         raising(torch.randn(2, requires_grad=True))
-    assert str(info.value) == f"{pipeline}: steps[0] (test.explode) failed: RuntimeError: boom (after: functionalize, decompose, attention, joint)"
-    eager = passkit.aot_function(lambda x: x.cos(), pipeline=pipeline, on_error="eager")
+    assert str(info.value) == (
+        f"{pipeline}: steps[0] (test.explode) failed: RuntimeError: boom (after: functionalize, decompose, attention, joint) "
+        f"(reproducer: {repro}/05-test.explode)"
+    )
+    eager = passkit.aot_function(lambda x: x.cos(), pipeline=pipeline, on_error="eager", repro_dir="")
     x = torch.randn(2, requires_grad=True)
     with pytest.warns(RuntimeWarning, match="passkit: compiling failed, running eagerly: ") as warned:
         torch.testing.assert_close(eager(x), x.cos())
@@ -136,10 +145,11 @@ class _DropGradPlugin:
 def test_a_pass_that_drops_a_gradient_fails_numerics_verification(tmp_path, register_passkit_plugin) -> None:
     register_passkit_plugin(_DropGradPlugin(), name="test-drop-grad")
     pipeline = _pipeline(tmp_path, '[[steps]]\npass = "test.drop_grad"\nafter = "partition.default"\n')
-    compiled = passkit.aot_function(lambda x, w: (x * w).sum(-1), pipeline=pipeline)
+    repro = tmp_path / "repro"
+    compiled = passkit.aot_function(lambda x, w: (x * w).sum(-1), pipeline=pipeline, repro_dir=str(repro))
     with pytest.raises(passkit.VerificationError) as info:
         compiled(torch.full((3, 4), 2.0), torch.full((4,), 3.0, requires_grad=True))
     assert str(info.value) == (
         f"{pipeline}: steps[0] (test.drop_grad) changed numerics: "
-        "tensor (4,) torch.float32 vs None in grad[0] of graph backward"
+        f"tensor (4,) torch.float32 vs None in grad[0] of graph backward (reproducer: {repro}/05-test.drop_grad)"
     )

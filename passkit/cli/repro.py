@@ -1,0 +1,43 @@
+"""Own ``passkit repro``: replay a reproducer's failing step without the user's model
+(``passkit.debug.repro``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from passkit.cli import terminal
+from passkit.cli.plugin_option import plugin_option, register_plugins
+
+__all__ = ["command"]
+
+
+@click.command("repro")
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@plugin_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def command(ctx: click.Context, folder: Path, plugins: tuple[str, ...], as_json: bool) -> None:
+    """Replay the failing step of reproducer FOLDER (written under settings.repro_dir).
+
+    Exits 1 when the step fails again the same way, 0 when it does not.
+    """
+    from passkit.debug.replay import replay
+    from passkit.plugins import get_plugin_manager
+    from passkit.registry import get_registry
+
+    register_plugins(plugins)
+    result = replay(folder, pm=get_plugin_manager(), registry=get_registry())
+    for note in result.version_notes:
+        terminal.note(f"passkit repro: {note}")
+    if as_json:
+        terminal.write_json(result.to_json())
+    elif result.reproduced:
+        terminal.out(f"reproduced ({result.kind}): {result.message}")
+    elif result.kind is None:
+        terminal.out(f"did not reproduce: {result.label} ran cleanly (recorded: {result.recorded_message})")
+    else:
+        terminal.out(f"did not reproduce: {result.label} failed differently ({result.kind}): {result.message}")
+    if result.reproduced:
+        ctx.exit(1)

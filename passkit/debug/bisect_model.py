@@ -1,0 +1,82 @@
+"""Own bisecting a model: capture it through Dynamo as ``passkit run`` does, then bisect each graph.
+
+The model comes from a factory (``module:factory`` returning ``(module, example_inputs)``). It
+runs once through ``torch.compile`` with a backend that only records each graph Dynamo captures
+(as a ``Program``) and what the captured graph computes on the real inputs (a ``Reference``),
+then runs the graph eagerly. Each program is bisected in turn (``passkit.debug.bisect``); the
+first graph with a bad step ends the search.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import torch
+
+from passkit.debug.bisect import Bisection, bisect_program
+from passkit.debug.snapshot import snapshot_program
+from passkit.errors import PasskitError
+
+if TYPE_CHECKING:
+    import pluggy
+
+    from passkit.evaluate import Reference
+    from passkit.pipeline import Pipeline
+    from passkit.program import Program
+    from passkit.registry import Registry
+
+__all__ = ["Captured", "capture_model", "bisect_model"]
+
+
+@dataclass
+class Captured:
+    """One graph Dynamo captured: the program as captured, and what it computes."""
+
+    label: str
+    program: Program
+    reference: Reference
+
+
+def capture_model(spec: str, pipeline: Pipeline) -> list[Captured]:
+    """Every graph Dynamo captures from one call of the model, in order."""
+    from passkit.capture import program_from_graph
+    from passkit.evaluate import Reference
+
+    from passkit.check import build_model
+
+    module, inputs = build_model(spec)
+    training = pipeline.can_train and any(p.requires_grad for p in module.parameters())
+    captured: list[Captured] = []
+
+    def record(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        program = program_from_graph(gm, list(example_inputs))
+        label = f"graph {len(captured) + 1}, {'training' if program.training else 'inference'}"
+        captured.append(Captured(label, snapshot_program(program), Reference(program, list(example_inputs))))
+        return gm.forward
+
+    compiled = torch.compile(module, backend=record, dynamic=False)
+    with torch.set_grad_enabled(training):
+        compiled(*inputs)
+    if not captured:
+        raise PasskitError(f"--model {spec}: Dynamo captured no graph to bisect")
+    return captured
+
+
+def bisect_model(
+    pipeline: Pipeline,
+    spec: str,
+    *,
+    pm: pluggy.PluginManager,
+    registry: Registry,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[Bisection], list[Captured]]:
+    """Bisect ``pipeline`` over each graph of the model, stopping at the first graph with a bad step."""
+    graphs = capture_model(spec, pipeline)
+    results = []
+    for graph in graphs:
+        result = bisect_program(graph.program, graph.reference, pipeline, pm=pm, registry=registry, graph=graph.label, progress=progress)
+        results.append(result)
+        if result.first_bad is not None:
+            break
+    return results, graphs

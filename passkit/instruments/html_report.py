@@ -1,0 +1,110 @@
+"""Own the HTML run report's data: a wrapper hookimpl that records each step for ``settings.report``.
+
+With ``settings.report = "run.html"`` (or ``passkit run --report run.html``), every step that
+runs adds one entry to its program's history: time, whether it changed the graphs, node counts
+per graph, the step's figures (``record.stats``: saved bytes, pattern hits, ...), each changed
+graph's code and, for a failing step, the error. The file is written again after every step
+(``passkit.debug.html.render``), so it exists, and shows the failing step, when a run fails.
+Every program (graph break, recompile) compiled in this process with the same report path gets
+its own section of the same file. Registered after ``repro``, it is the outermost instrument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generator
+
+from passkit.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from passkit.hookspecs import StepContext
+    from passkit.program import Program
+
+__all__ = ["passkit_run_step", "StepEntry", "ProgramHistory", "histories"]
+
+
+@dataclass
+class StepEntry:
+    """One step as the report shows it; ``codes`` holds only the graphs whose code changed."""
+
+    number: int
+    id: str
+    pass_name: str
+    seconds: float = 0.0
+    changed: bool = False
+    nodes: dict[str, int] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+    codes: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+
+
+@dataclass
+class ProgramHistory:
+    """Every step one program went through, from its capture on."""
+
+    label: str
+    pipeline: str
+    training: bool
+    steps: list[StepEntry] = field(default_factory=list)
+    split: dict[str, Any] | None = None  # what passkit.debug.html.split_of found after partitioning
+
+
+# Report path -> the programs written into it by this process, in order.
+histories: dict[Path, list[ProgramHistory]] = {}
+_HISTORY_NOTE = "passkit.report_history"
+
+
+def _codes(program: Program) -> dict[str, str]:
+    return {name: gm.code for name, gm in program.graphs.items()}
+
+
+def _history(context: StepContext, path: Path) -> ProgramHistory:
+    program = context.program
+    programs = histories.setdefault(path, [])
+    index = program.notes.get(_HISTORY_NOTE)
+    if isinstance(index, tuple) and index[0] == str(path) and index[1] < len(programs):
+        return programs[index[1]]
+    history = ProgramHistory(
+        label=f"graph {len(programs) + 1}, {'training' if program.training else 'inference'}",
+        pipeline=context.pipeline.label,
+        training=program.training,
+    )
+    history.steps.append(StepEntry(0, "captured", "", nodes=_node_counts(program), codes=_codes(program)))
+    programs.append(history)
+    program.notes[_HISTORY_NOTE] = (str(path), len(programs) - 1)
+    return history
+
+
+def _node_counts(program: Program) -> dict[str, int]:
+    return {name: len(gm.graph.nodes) for name, gm in program.graphs.items()}
+
+
+@hookimpl(wrapper=True)
+def passkit_run_step(context: StepContext) -> Generator[None, bool | None, bool | None]:
+    """Record the step into its program's history and write the report file."""
+    report = context.pipeline.settings.report
+    if not report:
+        return (yield)
+    from passkit.debug.html import render, split_of
+
+    path = Path(report).resolve()
+    history = _history(context, path)
+    before = _codes(context.program)
+    entry = StepEntry(context.step.position + 1, context.step.id, context.pass_.name)
+    history.steps.append(entry)
+    try:
+        return (yield)
+    except Exception as exc:
+        lines = str(exc).strip().splitlines()
+        entry.error = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+        raise
+    finally:
+        program, record = context.program, context.record
+        entry.seconds, entry.changed, entry.stats = record.seconds, context.graphs_changed, dict(program.stats)
+        entry.nodes = _node_counts(program)
+        entry.codes = {name: code for name, code in _codes(program).items() if before.get(name) != code}
+        if "forward" in program.graphs and "backward" in program.graphs and entry.changed:
+            history.split = split_of(program)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render(histories[path]), encoding="utf-8")

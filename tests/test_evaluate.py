@@ -1,0 +1,26 @@
+"""Observing a program at any stage draws the same random numbers as the capture did."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+import passkit
+from passkit.capture import program_from_function
+from passkit.evaluate import Reference
+from passkit.plugins import get_plugin_manager
+from passkit.registry import get_registry
+from passkit.runner import run_pipeline
+
+
+def test_a_functional_training_program_with_dropout_agrees_with_its_capture() -> None:
+    inputs = [torch.randn(8, 16), torch.randn(16, 16, requires_grad=True)]
+    program = program_from_function(lambda x, w: (torch.nn.functional.dropout(x @ w, 0.5, training=True),), inputs)
+    reference = Reference(program, inputs)
+    pipeline = passkit.load_pipeline("training-python")
+    # Only functionalize: the training program is still one `main` graph, observed through the
+    # joint function after a probe run that must not consume the dropout's random numbers.
+    run_pipeline(dataclasses.replace(pipeline, steps=pipeline.steps[:1]), program, pm=get_plugin_manager(), registry=get_registry())
+    assert program.training and "functional" in program.facts and list(program.graphs) == ["main"]
+    assert reference.compare(program) is None
