@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 
 import pytest
@@ -11,7 +13,8 @@ from passkit.cli import main
 
 pytestmark = pytest.mark.slow
 
-PLANTED = '[pipeline]\nname = "planted"\nextends = "training-python"\n\n[[steps]]\npass = "planted.scale_add"\nafter = "joint"\n'
+FIXED_TRAINING = str(Path(__file__).resolve().parents[1] / "debug" / "fixed_training.toml")
+PLANTED = f'[pipeline]\nname = "planted"\nextends = "{FIXED_TRAINING}"\n\n[[steps]]\npass = "planted.scale_add"\nafter = "joint"\n'
 
 
 @pytest.fixture

@@ -16,6 +16,8 @@ from passkit.plugins import get_plugin_manager
 from passkit.registry import get_registry
 from tiny_programs import Kit, make_program
 
+FIXED_TRAINING = str(Path(__file__).resolve().parent / "fixed_training.toml")
+
 
 @graph_pass("test.touch")
 def touch(program) -> bool:
@@ -46,7 +48,7 @@ def planted(register_passkit_plugin, tmp_path, monkeypatch):
     return tmp_path
 
 
-def _pipeline(folder: Path, step: str, *, after: str, base: str = "training-python") -> passkit.Pipeline:
+def _pipeline(folder: Path, step: str, *, after: str, base: str = FIXED_TRAINING) -> passkit.Pipeline:
     path = folder / "planted.toml"
     path.write_text(f'[pipeline]\nname = "planted"\nextends = "{base}"\n\n[[steps]]\npass = "{step}"\nafter = "{after}"\n')
     return passkit.load_pipeline(str(path))

@@ -17,10 +17,12 @@ import torch
 import passkit
 import planted_bugs
 
+FIXED_TRAINING = str(Path(__file__).resolve().parent / "fixed_training.toml")
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _train(report: Path, pipeline: str = "training-python") -> None:
+def _train(report: Path, pipeline: str = FIXED_TRAINING) -> None:
     model, (x,) = planted_bugs.tiny()
     compiled = passkit.aot_module(model, pipeline=pipeline, report=str(report))
     compiled(x).sum().backward()
@@ -46,7 +48,7 @@ def test_a_failing_step_is_in_the_report(register_passkit_plugin, tmp_path, monk
     monkeypatch.chdir(tmp_path)
     register_passkit_plugin(planted_bugs, name="planted_bugs")
     (tmp_path / "planted.toml").write_text(
-        '[pipeline]\nextends = "training-python"\n[[steps]]\npass = "planted.explode"\nafter = "joint"\n'
+        f'[pipeline]\nextends = "{FIXED_TRAINING}"\n[[steps]]\npass = "planted.explode"\nafter = "joint"\n'
     )
     with pytest.raises(passkit.PassError):
         _train(tmp_path / "run.html", pipeline="planted.toml")
@@ -86,7 +88,7 @@ def test_tlparse_shows_passkit_steps_beside_dynamo_graphs(tmp_path) -> None:
         pytest.skip("tlparse is not installed (pip install tlparse)")
     env = {**os.environ, "TORCH_TRACE": str(tmp_path / "trace"), "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
     run = subprocess.run(
-        [sys.executable, "-m", "passkit", "run", "training-python", "--model", "planted_bugs:tiny"],
+        [sys.executable, "-m", "passkit", "run", FIXED_TRAINING, "--model", "planted_bugs:tiny"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )
     assert run.returncode == 0, run.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dataclasses
 
 import torch
@@ -17,11 +19,13 @@ from passkit.program import GraphIO, Program, Signature
 from passkit.registry import get_registry
 from passkit.runner import run_pipeline
 
+FIXED_TRAINING = str(Path(__file__).resolve().parent / "fixed_training.toml")
+
 
 def _program_after(steps: int) -> tuple[Program, list[torch.Tensor]]:
     inputs = [torch.randn(3, 4), torch.randn(4, 4, requires_grad=True)]
     program = program_from_function(lambda x, w: ((x @ w).relu() + x,), inputs)
-    pipeline = passkit.load_pipeline("training-python")
+    pipeline = passkit.load_pipeline(FIXED_TRAINING)
     run_pipeline(dataclasses.replace(pipeline, steps=pipeline.steps[:steps]), program, pm=get_plugin_manager(), registry=get_registry())
     return program, inputs
 

@@ -17,6 +17,8 @@ from passkit.debug.replay import replay
 from passkit.plugins import get_plugin_manager
 from passkit.registry import get_registry
 
+FIXED_TRAINING = str(Path(__file__).resolve().parent / "fixed_training.toml")
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -35,7 +37,7 @@ def planted(register_passkit_plugin, tmp_path, monkeypatch):
     return tmp_path
 
 
-def _pipeline(folder: Path, step: str, *, after: str, verify: str = "numerics", base: str = "training-python") -> str:
+def _pipeline(folder: Path, step: str, *, after: str, verify: str = "numerics", base: str = FIXED_TRAINING) -> str:
     (folder / "planted.toml").write_text(
         f'[pipeline]\nname = "planted"\nextends = "{base}"\n\n[settings]\nverify = "{verify}"\n\n'
         f'[[steps]]\npass = "{step}"\nafter = "{after}"\n'
