@@ -418,7 +418,13 @@ def restride_fake(value: Any, stride: Sequence[int]) -> Any:
 
 @functools.cache
 def inductor_decompositions() -> dict[Any, Callable[..., Any]]:
-    """The decompositions Inductor applies before lowering; its lowerings expect them applied."""
-    from torch._inductor.decomposition import select_decomp_table
+    """The decompositions Inductor needs applied before lowering: those of ops it cannot lower.
 
-    return dict(select_decomp_table())
+    Inductor's table also holds decompositions of ops it lowers itself (``mm``, ``amax``, ...),
+    which apply only to some shapes and otherwise leave the op; those are left out, so that
+    every op in this table is gone once it ran.
+    """
+    from torch._inductor.decomposition import select_decomp_table
+    from torch._inductor.lowering import lowerings
+
+    return {op: fn for op, fn in select_decomp_table().items() if op not in lowerings}
