@@ -417,14 +417,43 @@ def restride_fake(value: Any, stride: Sequence[int]) -> Any:
 
 
 @functools.cache
-def inductor_decompositions() -> dict[Any, Callable[..., Any]]:
-    """The decompositions Inductor needs applied before lowering: those of ops it cannot lower.
-
-    Inductor's table also holds decompositions of ops it lowers itself (``mm``, ``amax``, ...),
-    which apply only to some shapes and otherwise leave the op; those are left out, so that
-    every op in this table is gone once it ran.
-    """
+def inductor_all_decompositions() -> dict[Any, Callable[..., Any]]:
+    """Inductor's whole decomposition table, as torch's AOT applies it before Inductor lowers."""
     from torch._inductor.decomposition import select_decomp_table
+
+    return dict(select_decomp_table())
+
+
+@functools.cache
+def inductor_decompositions() -> dict[Any, Callable[..., Any]]:
+    """Inductor's table without the decompositions that may leave their op in place.
+
+    Some decompositions apply only to some inputs and return ``NotImplemented`` otherwise (``mm``
+    on tiny shapes, ``amax``, ``full`` without a dtype), for ops Inductor also lowers itself.
+    Without them every op in the table is gone once it ran, which is what the ``decomposed``
+    fact checks; ``codegen.inductor`` applies the whole table just before Inductor lowers.
+    """
+    import inspect
+
     from torch._inductor.lowering import lowerings
 
-    return {op: fn for op, fn in select_decomp_table().items() if op not in lowerings}
+    def may_decline(fn: Callable[..., Any]) -> bool:
+        try:
+            return "NotImplemented" in inspect.getsource(inspect.unwrap(fn))
+        except (OSError, TypeError):
+            return True
+
+    return {op: fn for op, fn in inductor_all_decompositions().items() if not (op in lowerings and may_decline(fn))}
+
+
+def inductor_callable(compiled: Any) -> Callable[[list[Any]], Any]:
+    """The boxed function to call for a compiled graph: its generated code itself on the CPU.
+
+    ``CompiledFxGraph.__call__`` enters autotune-cache and metrics contexts on every call, which
+    only matter for GPU kernels; CPU-only graphs skip that per-call work.
+    """
+    direct = getattr(compiled, "current_callable", None)
+    device_types = set(getattr(compiled, "device_types", ()) or ())
+    if direct is not None and device_types <= {"cpu"}:
+        return direct
+    return compiled

@@ -78,13 +78,17 @@ def inductor_fallback_message(graph: str, training: bool, exc: BaseException) ->
 def _graph_for_inductor(gm: GraphModule) -> GraphModule:
     """A copy of ``gm`` (Inductor's post-grad passes rewrite the graph they get) in its opset.
 
-    Inductor's lowerings assume its own decompositions ran: ops a pipeline kept whole for
-    ``codegen.python`` (layer norm, softmax) are lowered here. The ``inductor`` table in a
-    ``decompose`` step does it earlier, where it costs less.
+    Inductor's lowerings assume its whole decomposition table ran, as in torch's AOT. The
+    ``inductor`` table of a ``decompose`` step leaves out the decompositions that apply to some
+    inputs only, and a pipeline may keep ops whole (``training-python``'s layer norm); the
+    re-trace here applies everything that is left.
     """
-    table = _torch.inductor_decompositions()
+    table = _torch.inductor_all_decompositions()
     if any(n.op == "call_function" and n.target in table for n in gm.graph.nodes):
-        return _torch.retrace(gm, decompositions=table, functional=True)
+        lowered = _torch.retrace(gm, decompositions=table, functional=False)
+        if _torch.has_mutations(lowered):
+            lowered = _torch.retrace(gm, decompositions=table, functional=True)
+        return lowered
     graph = Graph()
     output = graph.graph_copy(gm.graph, {})
     graph.output(output)
@@ -138,7 +142,7 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
              is_backward: bool, is_inference: bool, static: list[int], visible: list[int],
              graph_id: int, device_index: Any) -> tuple[Callable[[list[Any]], Any], Any]:
     try:
-        return _torch.inductor_compile(
+        compiled, strides = _torch.inductor_compile(
             _graph_for_inductor(program.graphs[name]),
             examples,
             is_backward=is_backward,
@@ -151,6 +155,7 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
         )
     except Exception as exc:  # noqa: BLE001 - any Inductor failure becomes the one-line fallback error
         raise PassError(inductor_fallback_message(name, program.training, exc)) from exc
+    return _torch.inductor_callable(compiled), strides
 
 
 def _compile_training(program: Program, options: InductorOptions) -> None:
