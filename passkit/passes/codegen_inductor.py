@@ -103,7 +103,6 @@ def _boxed(compiled: Callable[[list[Any]], Any]) -> Callable[..., Any]:
     def run(*args: Any) -> Any:
         return compiled(list(args))
 
-    run.passkit_boxed = compiled  # type: ignore[attr-defined]
     return run
 
 
@@ -134,7 +133,6 @@ def _with_strides_of(compiled: Callable[[list[Any]], Any], expected: Sequence[An
                 boxed[k] = torch.empty_strided(value.size(), stride, dtype=value.dtype, device=value.device).copy_(value)
         return compiled(boxed)
 
-    run.passkit_boxed = None  # type: ignore[attr-defined]
     return run
 
 

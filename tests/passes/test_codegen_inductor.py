@@ -9,22 +9,12 @@ import torch
 from torch import nn
 
 import passkit
+from passkit.examples.convnet import ConvBN
 from passkit.examples.transformer import MLP, Block
 
 pytestmark = pytest.mark.slow  # every test here pays for Inductor compiling C++ kernels
 
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}  # fused kernels sum in another order than ATen
-
-
-class ConvBN(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = nn.BatchNorm2d(8)
-        self.head = nn.Linear(8, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.bn(self.conv(x)).relu().mean(dim=(2, 3)))
 
 
 MODELS = {
