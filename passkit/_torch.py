@@ -429,9 +429,9 @@ def inductor_decompositions() -> dict[Any, Callable[..., Any]]:
     """Inductor's table without the decompositions that may leave their op in place.
 
     Some decompositions apply only to some inputs and return ``NotImplemented`` otherwise (``mm``
-    on tiny shapes, ``amax``, ``full`` without a dtype), for ops Inductor also lowers itself.
+    on tiny shapes, ``amax``, ``full`` with a dtype), for ops Inductor also lowers itself.
     Without them every op in the table is gone once it ran, which is what the ``decomposed``
-    fact checks; ``codegen.inductor`` applies the whole table just before Inductor lowers.
+    fact checks. Inductor lowers those ops itself; ``codegen.inductor`` gives ``full`` its dtype.
     """
     import inspect
 

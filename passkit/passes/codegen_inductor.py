@@ -78,21 +78,26 @@ def inductor_fallback_message(graph: str, training: bool, exc: BaseException) ->
 def _graph_for_inductor(gm: GraphModule) -> GraphModule:
     """A copy of ``gm`` (Inductor's post-grad passes rewrite the graph they get) in its opset.
 
-    Inductor's lowerings assume its whole decomposition table ran, as in torch's AOT. The
-    ``inductor`` table of a ``decompose`` step leaves out the decompositions that apply to some
-    inputs only, and a pipeline may keep ops whole (``training-python``'s layer norm); the
-    re-trace here applies everything that is left.
+    Inductor's lowerings assume its decompositions ran. A pipeline that kept ops whole
+    (``training-python``'s layer norm) gets them lowered here, by one more trace; the
+    ``inductor`` table in a ``decompose`` step does it earlier and cheaper. Of the
+    decompositions that table leaves out, the one a lowering relies on is ``full``'s default
+    dtype, filled in from the traced value.
     """
-    table = _torch.inductor_all_decompositions()
+    table = _torch.inductor_decompositions()
     if any(n.op == "call_function" and n.target in table for n in gm.graph.nodes):
-        lowered = _torch.retrace(gm, decompositions=table, functional=False)
-        if _torch.has_mutations(lowered):
-            lowered = _torch.retrace(gm, decompositions=table, functional=True)
-        return lowered
-    graph = Graph()
-    output = graph.graph_copy(gm.graph, {})
-    graph.output(output)
-    return GraphModule(gm, graph)
+        copy = _torch.retrace(gm, decompositions=table, functional=False)
+        if _torch.has_mutations(copy):
+            copy = _torch.retrace(gm, decompositions=table, functional=True)
+    else:
+        graph = Graph()
+        graph.output(graph.graph_copy(gm.graph, {}))
+        copy = GraphModule(gm, graph)
+    for node in copy.graph.nodes:
+        if node.target is torch.ops.aten.full.default and node.kwargs.get("dtype") is None:
+            node.kwargs = {**node.kwargs, "dtype": node.meta["val"].dtype}
+    copy.recompile()
+    return copy
 
 
 def _placeholder_values(gm: GraphModule) -> list[Any]:
