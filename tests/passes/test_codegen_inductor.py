@@ -101,10 +101,9 @@ def test_a_missing_cxx_compiler_names_the_fallback_pipeline(tmp_path, monkeypatc
 
     # A fresh kernel cache, so the missing compiler is really needed.
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)
-    monkeypatch.setattr(inductor_config.cpp, "cxx", (None, str(tmp_path / "no-such-c++")))
     compiled = passkit.aot_function(lambda x: (x * 3).cos() + 1.25, pipeline="training")
-    with pytest.raises(passkit.PassError) as info:
+    no_compiler = {"fx_graph_cache": False, "cpp.cxx": (None, str(tmp_path / "no-such-c++"))}
+    with inductor_config.patch(no_compiler), pytest.raises(passkit.PassError) as info:
         compiled(torch.randn(5, 7, requires_grad=True))
     message = str(info.value)
     assert "\n" not in message
