@@ -51,6 +51,7 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("partition_min_cut", "passkit.passes.partition_min_cut"),
     ("fx_cleanup", "passkit.passes.fx_cleanup"),
     ("codegen_python", "passkit.passes.codegen_python"),
+    ("codegen_inductor", "passkit.passes.codegen_inductor"),
     ("timing", "passkit.instruments.timing"),
     ("dumps", "passkit.instruments.dumps"),
     ("verify", "passkit.instruments.verify"),

@@ -25,11 +25,24 @@ DOUBLE_BACKWARD_ERROR = (
 )
 
 
+def _output_values(program: Program, graph: str) -> list[Any]:
+    output = next(n for n in reversed(program.graphs[graph].graph.nodes) if n.op == "output")
+    return [getattr(arg, "meta", {}).get("val", arg) for arg in output.args[0]]
+
+
 class _CompiledFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, runtime: CompiledProgram, *args: Any) -> tuple[Any, ...]:  # type: ignore[override]
         outs = runtime.forward_fn(*args)
         n_visible = runtime.n_visible
+        ctx.runtime = runtime
+        if runtime.lean_saves:
+            # Every saved value a tensor, no input mutated: save them as they come.
+            ctx.save_for_backward(*outs[n_visible:])
+            visible = tuple(outs[:n_visible])
+            if runtime.non_differentiable:
+                ctx.mark_non_differentiable(*(visible[k] for k in runtime.non_differentiable if isinstance(visible[k], torch.Tensor)))
+            return visible
         saved = list(outs[n_visible:])
         for k in runtime.saved_inputs_to_clone(saved, args):
             saved[k] = saved[k].clone()
@@ -38,7 +51,6 @@ class _CompiledFunction(torch.autograd.Function):
         ctx.tensor_slots = tensor_slots
         ctx.other_saved = {k: v for k, v in enumerate(saved) if not isinstance(v, torch.Tensor)}
         ctx.n_saved = len(saved)
-        ctx.runtime = runtime
         visible = tuple(outs[:n_visible])
         non_diff = [visible[k] for k in runtime.non_differentiable if isinstance(visible[k], torch.Tensor)]
         if non_diff:
@@ -50,13 +62,12 @@ class _CompiledFunction(torch.autograd.Function):
         if torch.is_grad_enabled():
             raise PasskitError(DOUBLE_BACKWARD_ERROR)
         runtime: CompiledProgram = ctx.runtime
-        saved: list[Any] = [None] * ctx.n_saved
-        for slot, tensor in zip(ctx.tensor_slots, ctx.saved_tensors):
-            saved[slot] = tensor
-        for slot, value in ctx.other_saved.items():
-            saved[slot] = value
-        bw_args = [saved[i] if is_saved else grad_outputs[i] for is_saved, i in runtime.backward_gather]
-        grads = runtime.backward_fn(*bw_args)
+        if runtime.lean_saves and runtime.lean_gather:
+            grads = runtime.backward_fn(*ctx.saved_tensors, *grad_outputs)
+        else:
+            grads = runtime.backward_fn(*runtime.backward_args(ctx, grad_outputs))
+        if runtime.grads_in_input_order:
+            return (None, *grads)
         result: list[Any] = [None] * runtime.n_inputs
         for target, grad in zip(runtime.grad_targets, grads):
             result[target] = grad
@@ -90,8 +101,34 @@ class CompiledProgram:
             differentiable = {d.index for d in bw_io.inputs if d.kind == "tangent"}
             self.non_differentiable = [k for k in range(self.n_visible) if k not in differentiable]
             self.grad_targets = [d.index for d in bw_io.outputs]
+            # Routing the common case needs no per-call bookkeeping: decided once, here.
+            saved_values = _output_values(program, "forward")[self.n_visible :]
+            self.lean_saves = not self.mutated and all(isinstance(v, torch.Tensor) for v in saved_values)
+            n_saved = len(saved_values)
+            self.lean_gather = self.backward_gather == [(True, k) for k in range(n_saved)] + [
+                (False, k) for k in range(self.n_visible)
+            ]
+            self.grads_in_input_order = self.grad_targets == list(range(self.n_inputs))
         else:
             self.main_fn: Callable[..., Any] = program.compiled["main"]
+        self.plain_outputs = (
+            not self.mutation_slots
+            and self.user_slots == list(range(self.n_visible))
+            and all(info.alias_of_input is None for info in self.outputs)
+            and not (self.training and self.views_of_outputs)
+        )
+
+    def backward_args(self, ctx: Any, grad_outputs: Sequence[Any]) -> list[Any]:
+        """The backward graph's inputs: saved values and incoming gradients, in its order."""
+        if self.lean_saves:
+            saved: list[Any] = list(ctx.saved_tensors)
+        else:
+            saved = [None] * ctx.n_saved
+            for slot, tensor in zip(ctx.tensor_slots, ctx.saved_tensors):
+                saved[slot] = tensor
+            for slot, value in ctx.other_saved.items():
+                saved[slot] = value
+        return [saved[i] if is_saved else grad_outputs[i] for is_saved, i in self.backward_gather]
 
     def saved_inputs_to_clone(self, saved: Sequence[Any], args: Sequence[Any]) -> list[int]:
         """Saved values sharing storage with inputs the wrapper will overwrite.
@@ -108,12 +145,14 @@ class CompiledProgram:
         ]
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
-        grad_enabled = torch.is_grad_enabled()
         if self.training:
             visible = _CompiledFunction.apply(self, *args)
         else:
+            grad_enabled = torch.is_grad_enabled()
             visible = self.main_fn(*args)
             _torch.set_grad_enabled(grad_enabled)
+        if self.plain_outputs:
+            return tuple(visible)
         for k, index in self.mutation_slots:
             self._write_back(args[index], visible[k], self.inputs[index])
         outputs = [self._user_output(args, visible[k], info) for k, info in zip(self.user_slots, self.outputs)]

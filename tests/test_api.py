@@ -30,7 +30,7 @@ def test_passkit_is_a_registered_dynamo_backend() -> None:
 
 
 def test_backend_object_takes_a_pipeline_and_settings(tmp_path) -> None:
-    backend = passkit.backend("training", dump="changed", dump_dir=str(tmp_path / "dump"))
+    backend = passkit.backend("training-python", dump="changed", dump_dir=str(tmp_path / "dump"))
     compiled = torch.compile(lambda x: (x * 3).sin(), backend=backend)
     x = torch.randn(5, requires_grad=True)
     compiled(x).sum().backward()
@@ -59,7 +59,7 @@ def test_aot_module_keeps_state_dict_and_trains() -> None:
     torch.manual_seed(0)
     model = MLP(8, 16)
     twin = copy.deepcopy(model)
-    compiled = passkit.aot_module(twin)
+    compiled = passkit.aot_module(twin, pipeline="training-python")
     assert compiled.state_dict().keys() == {f"mod.{k}" for k in model.state_dict()}
     x = torch.randn(4, 8)
     torch.testing.assert_close(compiled(x), model(x))
@@ -75,7 +75,7 @@ def test_graph_breaks_get_one_report_each() -> None:
         print("graph break")
         return y.cos()
 
-    compiled = passkit.compile(fn)
+    compiled = passkit.compile(fn, pipeline="training-python")
     x = torch.randn(3, requires_grad=True)
     compiled(x).sum().backward()
     torch.testing.assert_close(x.grad, -torch.sin(x.sin()) * torch.cos(x))
@@ -91,7 +91,7 @@ def test_a_changing_size_compiles_once_statically_then_once_symbolically() -> No
 
 
 def test_passkit_compile_with_dynamic_false_compiles_each_shape() -> None:
-    compiled = passkit.compile(lambda x: x.sin() * 2, dynamic=False)
+    compiled = passkit.compile(lambda x: x.sin() * 2, pipeline="training-python", dynamic=False)
     for n in (3, 4, 5):
         torch.testing.assert_close(compiled(torch.ones(n)), torch.ones(n).sin() * 2)
     assert len(compiled.passkit_reports) == 3
@@ -112,7 +112,7 @@ def test_aot_function_takes_pytrees_and_keyword_arguments() -> None:
             out["biased"] = out["sum"] + bias
         return out
 
-    compiled = passkit.aot_function(fn)
+    compiled = passkit.aot_function(fn, pipeline="training-python")
     a, b = torch.randn(3, requires_grad=True), torch.randn(3)
     result = compiled((a, b), scale=2.0, bias=torch.ones(3))
     torch.testing.assert_close(result["biased"], (a + b) * 2.0 + 1)

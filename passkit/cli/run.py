@@ -27,6 +27,9 @@ def command(
 ) -> None:
     """Compile a model with pipeline FILE, run one step and compare outputs and gradients with eager.
 
+    FILE is a path or a shipped name: ``training`` (fastest; Inductor kernels, needs a C++
+    compiler), ``training-python`` (no C++ compiler, quick to compile), ``debug``.
+
     Exits 1 when the compiled results differ from eager.
     """
     from passkit.check import run_check

@@ -93,5 +93,5 @@ def test_validate_refuses_an_unknown_decomposition_table(cli, tmp_path) -> None:
     result = cli.invoke(main, ["validate", str(path)])
     assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1] == (
-        f"{path}: override.decompose.tables: unknown decomposition table 'no_such_table' (known: core_aten, full)"
+        f"{path}: override.decompose.tables: unknown decomposition table 'no_such_table' (known: core_aten, full, inductor)"
     )

@@ -43,7 +43,7 @@ def passkit(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_run_trains_a_model_from_the_command_line_and_dumps_each_step(workdir: Path) -> None:
-    result = passkit(workdir, "run", "training", "--model", "tiny_models:tiny", "--dump", "out", "--json", "result.json")
+    result = passkit(workdir, "run", "training-python", "--model", "tiny_models:tiny", "--dump", "out", "--json", "result.json")
     assert result.returncode == 0, result.stderr
     assert "ok: " in result.stdout + result.stderr
     assert "(training) vs eager" in result.stdout + result.stderr
@@ -59,7 +59,7 @@ def test_run_trains_a_model_from_the_command_line_and_dumps_each_step(workdir: P
 
 
 def test_run_without_trainable_parameters_is_an_inference_step(workdir: Path) -> None:
-    result = passkit(workdir, "run", "training", "--model", "tiny_models:frozen")
+    result = passkit(workdir, "run", "training-python", "--model", "tiny_models:frozen")
     assert result.returncode == 0, result.stderr
     assert "(inference) vs eager" in result.stdout + result.stderr
 
@@ -74,7 +74,7 @@ def test_run_without_trainable_parameters_is_an_inference_step(workdir: Path) ->
     ],
 )
 def test_bad_models_are_one_line_errors(workdir: Path, model: str, message: str) -> None:
-    result = passkit(workdir, "run", "training", "--model", model)
+    result = passkit(workdir, "run", "training-python", "--model", model)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == message
     assert "Traceback" not in result.stderr
@@ -82,7 +82,7 @@ def test_bad_models_are_one_line_errors(workdir: Path, model: str, message: str)
 
 def test_a_second_decompose_after_joint_is_legal(workdir: Path) -> None:
     (workdir / "twice.toml").write_text(
-        '[pipeline]\nname = "twice"\nextends = "training"\n\n[[steps]]\npass = "decompose"\nid = "again"\n'
+        '[pipeline]\nname = "twice"\nextends = "training-python"\n\n[[steps]]\npass = "decompose"\nid = "again"\n'
         'after = "joint"\nkeep = ["aten.gelu.default"]\n'
     )
     result = passkit(workdir, "run", "twice.toml", "--model", "tiny_models:tiny")

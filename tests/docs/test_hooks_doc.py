@@ -146,7 +146,7 @@ def test_run_step_example_adds_a_figure_to_every_step(tmp_path: Path) -> None:
     registry = build_registry(pm)
     program = program_from_function(lambda x: x.sin() + 1, [torch.randn(3)])
 
-    report = run_pipeline(load_pipeline("inference", registry=registry), program, pm=pm, registry=registry)
+    report = run_pipeline(load_pipeline("inference-python", registry=registry), program, pm=pm, registry=registry)
 
     ran = [record for record in report.records if record.status == "ran"]
     assert ran and all(isinstance(record.stats.get("cpu_ms"), float) for record in ran)

@@ -40,7 +40,7 @@ def test_the_backward_is_compiled_at_compile_time() -> None:
 
 
 def test_report_rows_show_saved_tensors() -> None:
-    compiled = passkit.aot_function(lambda x: x.sin().cos())
+    compiled = passkit.aot_function(lambda x: x.sin().cos(), pipeline="training-python")
     compiled(torch.randn(4, requires_grad=True)).sum().backward()
     (report,) = compiled.passkit_reports
     row = next(r for r in report.records if r.id == "partition.default")
@@ -76,7 +76,7 @@ def test_fast_calls_run_the_same_kernels_and_leave_the_graphs_alone() -> None:
     from passkit.examples.transformer import small_stack
 
     model, (x,) = small_stack()
-    compiled = passkit.compile(model)
+    compiled = passkit.compile(model, pipeline="training-python")
     compiled(x).sum().backward()
     (program,) = compiled.passkit_backend.programs
     forward = program.graphs["forward"]
@@ -96,7 +96,7 @@ def test_node_metadata_survives_the_training_pipeline() -> None:
     def fn(x):
         return x.sin() * 2
 
-    compiled = passkit.compile(fn)
+    compiled = passkit.compile(fn, pipeline="training-python")
     compiled(torch.randn(3, requires_grad=True)).sum().backward()
     (program,) = compiled.passkit_backend.programs
     sin = next(n for n in program.graphs["forward"].graph.nodes if n.target is torch.ops.aten.sin.default)

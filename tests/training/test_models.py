@@ -8,21 +8,10 @@ import pytest
 import torch
 from torch import nn
 
+from passkit.examples.convnet import ConvBN
 from passkit.examples.transformer import MLP, Block
 
 from training_harness import ENTRIES, assert_compiled, compiled_with
-
-
-class ConvBN(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = nn.BatchNorm2d(8)
-        self.head = nn.Linear(8, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.bn(self.conv(x)).relu()
-        return self.head(y.mean(dim=(2, 3)))
 
 
 def _train_steps(model: nn.Module, runner: nn.Module, x: torch.Tensor, steps: int) -> list[torch.Tensor]:

@@ -39,7 +39,7 @@ def bad_pass_registered(register_passkit_plugin):
 def _pipeline(tmp_path, extra: str, *, verify: str = "numerics") -> str:
     path = tmp_path / "bad.toml"
     path.write_text(
-        f'[pipeline]\nname = "bad"\nextends = "training"\n\n[settings]\nverify = "{verify}"\n\n{extra}'
+        f'[pipeline]\nname = "bad"\nextends = "training-python"\n\n[settings]\nverify = "{verify}"\n\n{extra}'
     )
     return str(path)
 
@@ -80,17 +80,17 @@ def test_numerics_verification_passes_for_the_shipped_pipelines() -> None:
 
 
 def test_a_training_program_without_joint_is_a_clear_error() -> None:
-    compiled = passkit.aot_function(lambda x: x.sin(), pipeline="inference")
+    compiled = passkit.aot_function(lambda x: x.sin(), pipeline="inference-python")
     with pytest.raises(passkit.PasskitError) as info:
         compiled(torch.randn(3, requires_grad=True))
-    assert str(info.value) == passkit.load_pipeline("inference").label + (
+    assert str(info.value) == passkit.load_pipeline("inference-python").label + (
         ": the program needs gradients but the pipeline has no 'joint' and 'partition' steps; "
         "use the 'training' pipeline, or call it under torch.no_grad()"
     )
 
 
 def test_the_inference_pipeline_runs_under_no_grad() -> None:
-    compiled = passkit.aot_function(lambda x: x.sin(), pipeline="inference")
+    compiled = passkit.aot_function(lambda x: x.sin(), pipeline="inference-python")
     x = torch.randn(3, requires_grad=True)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), x.sin())

@@ -1,0 +1,225 @@
+"""Own ``codegen.inductor``: compile every graph with Inductor's inner compiler.
+
+passkit's own stages have already functionalized, decomposed, differentiated and partitioned the
+program, so each graph (``forward`` and ``backward``, or ``main`` for inference) goes straight to
+``compile_fx_inner``: torch's AOT pipeline is not run again. Inductor fuses pointwise and
+reduction ops into C++ (CPU) or Triton (CUDA) kernels and runs the rest as ATen calls.
+
+What the runtime wrapper relies on, and how it is kept:
+
+- the forward is compiled first; where Inductor picks other strides for a saved value than the
+  trace had (channels-last for convolutions), the backward is compiled for the strides it
+  really receives, as torch's AOT does;
+- parameters and buffers are static inputs of the forward, saved values of the backward;
+- user outputs and gradients keep eager's strides;
+- Inductor's code asserts the strides of its inputs, so a gradient that autograd hands over in
+  another layout (an expanded ``ones`` from ``sum().backward()``) is copied to the traced one;
+- each compiled graph is called boxed, with a fresh list per call (the generated code frees
+  inputs from the list as soon as it can).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Literal, Sequence
+
+import pydantic
+import torch
+from torch.fx import Graph, GraphModule
+
+from passkit import _torch
+from passkit.errors import PassError
+from passkit.hookspecs import hookimpl
+from passkit.pass_api import graph_pass
+from passkit.program import Program
+
+__all__ = ["codegen_inductor", "InductorOptions", "inductor_fallback_message"]
+
+Mode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+_graph_ids = itertools.count()
+
+
+class InductorOptions(pydantic.BaseModel):
+    """Options of ``codegen.inductor``: a ``torch.compile`` mode and a few Inductor settings."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    mode: Mode = "default"
+    """The Inductor settings ``torch.compile(mode=...)`` uses; cudagraphs only act on CUDA."""
+    fallback_random: bool = False
+    """Draw random numbers (dropout) with ATen's generator, so they equal eager's; slower."""
+    epilogue_fusion: bool = True
+    """Fuse pointwise ops into the epilogue of matmul and convolution templates."""
+    cpp_threads: int | None = pydantic.Field(default=None, ge=1)
+    """Threads of the generated C++ kernels (default: torch.get_num_threads())."""
+    size_asserts: bool = True
+    """Check each input's size and strides on every call (a few microseconds per graph)."""
+
+    def config_patches(self) -> dict[str, Any]:
+        patches = _torch.inductor_mode_options(self.mode) if self.mode != "default" else {}
+        patches.update(fallback_random=self.fallback_random, epilogue_fusion=self.epilogue_fusion,
+                       size_asserts=self.size_asserts)
+        if self.cpp_threads is not None:
+            patches["cpp.threads"] = self.cpp_threads
+        return patches
+
+
+def inductor_fallback_message(graph: str, training: bool, exc: BaseException) -> str:
+    """The one-line error when Inductor cannot compile a graph, naming the pipeline to use."""
+    fallback = "training-python" if training else "inference-python"
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    reason = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return (
+        f"Inductor cannot compile the '{graph}' graph ({reason}); "
+        f"use the '{fallback}' pipeline, which needs no C++ compiler"
+    )
+
+
+def _graph_for_inductor(gm: GraphModule) -> GraphModule:
+    """A copy of ``gm`` (Inductor's post-grad passes rewrite the graph they get) in its opset.
+
+    Inductor's lowerings assume its decompositions ran. A pipeline that kept ops whole
+    (``training-python``'s layer norm) gets them lowered here, by one more trace; the
+    ``inductor`` table in a ``decompose`` step does it earlier and cheaper. Of the
+    decompositions that table leaves out, the one a lowering relies on is ``full``'s default
+    dtype, filled in from the traced value.
+    """
+    table = _torch.inductor_decompositions()
+    if any(n.op == "call_function" and n.target in table for n in gm.graph.nodes):
+        copy = _torch.retrace(gm, decompositions=table, functional=False)
+        if _torch.has_mutations(copy):
+            copy = _torch.retrace(gm, decompositions=table, functional=True)
+    else:
+        graph = Graph()
+        graph.output(graph.graph_copy(gm.graph, {}))
+        copy = GraphModule(gm, graph)
+    for node in copy.graph.nodes:
+        if node.target is torch.ops.aten.full.default and node.kwargs.get("dtype") is None:
+            node.kwargs = {**node.kwargs, "dtype": node.meta["val"].dtype}
+    copy.recompile()
+    return copy
+
+
+def _placeholder_values(gm: GraphModule) -> list[Any]:
+    return [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def _boxed(compiled: Callable[[list[Any]], Any]) -> Callable[..., Any]:
+    def run(*args: Any) -> Any:
+        return compiled(list(args))
+
+    return run
+
+
+def _no_grad_boxed(compiled: Callable[[list[Any]], Any]) -> Callable[..., Any]:
+    """Inference graphs run with grad off, as in torch's AOT (``out=`` kernels reject grad)."""
+    set_grad_enabled = _torch.set_grad_enabled
+
+    def run(*args: Any) -> Any:
+        enabled = torch.is_grad_enabled()
+        set_grad_enabled(False)
+        try:
+            return compiled(list(args))
+        finally:
+            set_grad_enabled(enabled)
+
+    return run
+
+
+def _with_strides_of(compiled: Callable[[list[Any]], Any], expected: Sequence[Any], check: Sequence[int]) -> Callable[..., Any]:
+    """Copy inputs in ``check`` whose strides differ from the traced ones before calling."""
+    layouts = [(k, tuple(expected[k].stride())) for k in check]
+
+    def run(*args: Any) -> Any:
+        boxed = list(args)
+        for k, stride in layouts:
+            value = boxed[k]
+            if value.stride() != stride:
+                boxed[k] = torch.empty_strided(value.size(), stride, dtype=value.dtype, device=value.device).copy_(value)
+        return compiled(boxed)
+
+    return run
+
+
+def _compile(program: Program, name: str, examples: list[Any], options: InductorOptions, *,
+             is_backward: bool, is_inference: bool, static: list[int], visible: list[int],
+             graph_id: int, device_index: Any) -> tuple[Callable[[list[Any]], Any], Any]:
+    try:
+        compiled, strides = _torch.inductor_compile(
+            _graph_for_inductor(program.graphs[name]),
+            examples,
+            is_backward=is_backward,
+            is_inference=is_inference,
+            static_input_idxs=static,
+            user_visible_output_idxs=visible,
+            config_patches=options.config_patches(),
+            graph_id=graph_id,
+            device_index=device_index,
+        )
+    except Exception as exc:  # noqa: BLE001 - any Inductor failure becomes the one-line fallback error
+        raise PassError(inductor_fallback_message(name, program.training, exc)) from exc
+    return _torch.inductor_callable(compiled), strides
+
+
+def _compile_training(program: Program, options: InductorOptions) -> None:
+    graph_id, device_index = next(_graph_ids), _torch.inductor_device_index()
+    fw_io, bw_io = program.io("forward"), program.io("backward")
+    fw_compiled, fw_strides = _compile(
+        program, "forward", _placeholder_values(program.graphs["forward"]), options,
+        is_backward=False, is_inference=False,
+        static=[k for k, d in enumerate(fw_io.inputs) if d.kind in ("param", "buffer")],
+        visible=[k for k, d in enumerate(fw_io.outputs) if d.kind == "user"],
+        graph_id=graph_id, device_index=device_index,
+    )
+    saved_stride = {d.index: fw_strides[k] for k, d in enumerate(fw_io.outputs) if d.kind == "saved"} if fw_strides else {}
+    bw_examples = _placeholder_values(program.graphs["backward"])
+    for k, desc in enumerate(bw_io.inputs):
+        stride = saved_stride.get(desc.index) if desc.kind == "saved" else None
+        value = bw_examples[k]
+        if stride is not None and isinstance(value, torch.Tensor) and tuple(value.stride()) != tuple(stride):
+            bw_examples[k] = _torch.restride_fake(value, stride)
+    bw_compiled, _ = _compile(
+        program, "backward", bw_examples, options,
+        is_backward=True, is_inference=False,
+        static=[k for k, d in enumerate(bw_io.inputs) if d.kind == "saved"],
+        visible=list(range(len(bw_io.outputs))),
+        graph_id=graph_id, device_index=device_index,
+    )
+    tangents = [k for k, d in enumerate(bw_io.inputs) if d.kind == "tangent" and isinstance(bw_examples[k], torch.Tensor)]
+    program.compiled["forward"] = _boxed(fw_compiled)
+    program.compiled["backward"] = _with_strides_of(bw_compiled, bw_examples, tangents)
+
+
+def _compile_inference(program: Program, options: InductorOptions) -> None:
+    io = program.io("main")
+    compiled, _ = _compile(
+        program, "main", _placeholder_values(program.graphs["main"]), options,
+        is_backward=False, is_inference=True,
+        static=[k for k, d in enumerate(io.inputs) if d.kind in ("param", "buffer")],
+        visible=[k for k, d in enumerate(io.outputs) if d.kind == "user"],
+        graph_id=next(_graph_ids), device_index=_torch.inductor_device_index(),
+    )
+    program.compiled["main"] = _no_grad_boxed(compiled)
+
+
+@graph_pass("codegen.inductor", produces={"compiled"}, options=InductorOptions)
+def codegen_inductor(program: Program, **options: Any) -> bool:
+    """Compile every graph with Inductor's inner compiler (fused C++/Triton kernels)."""
+    opts = InductorOptions(**options)
+    if "forward" in program.graphs:
+        _compile_training(program, opts)
+    elif "main" in program.graphs:
+        _compile_inference(program, opts)
+    else:
+        raise PassError(f"codegen.inductor: no 'forward'/'backward' or 'main' graph to compile (graphs: {', '.join(program.graphs)})")
+    return False
+
+
+@hookimpl
+def passkit_register_passes() -> list:
+    return [codegen_inductor]
+
+
+@hookimpl
+def passkit_register_decompositions() -> dict[str, Callable[[], dict[Any, Callable[..., Any]]]]:
+    return {"inductor": _torch.inductor_decompositions}
