@@ -450,3 +450,21 @@ def propagate_fake_values(gm: GraphModule) -> str | None:
         lines = str(exc).strip().splitlines()
         return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
     return None
+
+
+# -- autograd formulas ----------------------------------------------------------------------
+
+
+def has_own_autograd_formula(op: Any) -> bool:
+    """Whether autograd differentiates ``op`` by its own formula rather than through its parts.
+
+    Such an op must reach autograd whole: differentiating its decomposition instead can change
+    the gradient (``special.log_ndtr``'s ``where`` branches give NaN where the formula does not).
+    CompositeImplicitAutograd ops decompose above autograd in eager too.
+    """
+    if not isinstance(op, OpOverload):
+        return False
+    name = op.name()
+    return torch._C._dispatch_has_kernel_for_dispatch_key(
+        name, "Autograd"
+    ) and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")

@@ -283,8 +283,11 @@ class _TracedCache:
 
         try:
             kinds = self.kinds(len(unique)) if self.kinds else None
-            program = program_from_function(flat_fn, unique, kinds=kinds)
-            compiled = compile_program(program, unique, self.pipeline, reports=self.reports)
+            # A program without tensor inputs traces its factory ops for real; the caller's
+            # random numbers must still be there for the compiled call, as in eager.
+            with torch.random.fork_rng(devices=[]):
+                program = program_from_function(flat_fn, unique, kinds=kinds)
+                compiled = compile_program(program, unique, self.pipeline, reports=self.reports)
             return compiled, out_spec_box[0]
         except Exception as exc:  # noqa: BLE001 - every failure goes through on_error
 

@@ -1,0 +1,50 @@
+"""torch's own OpInfo and ModuleInfo databases through passkit, compared with eager.
+
+Every op with an autograd formula and float32 CPU support (``op_db``) and every float32 module
+(``module_db``) runs through ``aot_function``/``aot_module`` with ``training-python``; outputs,
+gradients, dtypes, ``requires_grad``, aliasing and mutated inputs must match eager at torch's
+per-op tolerances (``opinfo_harness.py``). By default each entry checks its first sample (about 2-3
+minutes here); ``PASSKIT_SWEEP=full`` checks every sample. An entry in ``known_gaps.py`` must
+fail: the test fails as soon as a listed gap starts passing (strict xfail), so the list shrinks.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import opinfo_harness as harness
+from known_gaps import KNOWN_GAPS
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore")]
+
+
+def _expect_gap(request: pytest.FixtureRequest, name: str) -> None:
+    reason = KNOWN_GAPS.get(name)
+    if reason is not None:
+        # Under PASSKIT_SWEEP=full a gap seen on the first sample may show on later ones too;
+        # only the default (first-sample) run is strict.
+        request.applymarker(pytest.mark.xfail(reason=reason, strict=not harness.FULL))
+
+
+@pytest.mark.parametrize("op", harness.swept_ops(), ids=harness.op_id)
+def test_op_matches_eager(op, request: pytest.FixtureRequest) -> None:
+    _expect_gap(request, harness.op_id(op))
+    try:
+        harness.check_op(op)
+    except harness.EagerFails as exc:
+        pytest.skip(f"eager itself fails: {str(exc).splitlines()[0]}")
+
+
+@pytest.mark.parametrize("module_info", harness.swept_modules(), ids=harness.module_id)
+def test_module_matches_eager(module_info, request: pytest.FixtureRequest) -> None:
+    _expect_gap(request, harness.module_id(module_info))
+    try:
+        harness.check_module(module_info)
+    except harness.EagerFails as exc:
+        pytest.skip(f"eager itself fails: {str(exc).splitlines()[0]}")
+
+
+def test_known_gaps_name_swept_entries() -> None:
+    names = {harness.op_id(op) for op in harness.swept_ops()} | {m.name for m in harness.swept_modules()}
+    assert sorted(set(KNOWN_GAPS) - names) == []
+    assert all(reason.strip() for reason in KNOWN_GAPS.values())
