@@ -7,9 +7,7 @@ means deleting its line. None of these is a silent wrong value: each raises.
 from __future__ import annotations
 
 DATA_DEPENDENT = "data-dependent output shape or value; passkit compiles static shapes only (one-line error, on_error='eager' runs it eagerly)"
-EFFECT_TOKENS = "linalg error checks are effectful ops; joint does not thread their effect token (tangents_token)"
 SPARSE = "sparse inputs: the runtime wrapper reads strides and storages, which sparse tensors lack"
-LSTM_WORKSPACE = "the joint trace passes no 'workspace' to LSTM's fused backward (mkldnn_rnn_layer_backward)"
 ZERO_GRAD = "matrix_power(x, 0): eager's formula gives a zero gradient, passkit's joint finds no path and gives None"
 
 KNOWN_GAPS: dict[str, str] = {
@@ -24,15 +22,8 @@ KNOWN_GAPS: dict[str, str] = {
     "nn.functional.gaussian_nll_loss": DATA_DEPENDENT + " (a tensor's value read as a Python number)",
     "nn.GaussianNLLLoss": DATA_DEPENDENT + " (a tensor's value read as a Python number)",
     "tensor_split": DATA_DEPENDENT + " (split points given as a tensor)",
-    "linalg.cholesky": EFFECT_TOKENS,
-    "linalg.inv": EFFECT_TOKENS,
-    "linalg.lu_factor": EFFECT_TOKENS,
-    "linalg.solve": EFFECT_TOKENS,
-    "linalg.tensorinv": EFFECT_TOKENS,
-    "linalg.tensorsolve": EFFECT_TOKENS,
     "sparse.mm.reduce": SPARSE,
     "sparse.sampled_addmm": SPARSE,
     "to_sparse": SPARSE,
-    "nn.LSTM": LSTM_WORKSPACE,
     "linalg.matrix_power": ZERO_GRAD,
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import os
+import zlib
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -24,8 +25,19 @@ import passkit
 
 PIPELINE = "training-python"
 DTYPE = torch.float32
-FULL = os.environ.get("PASSKIT_SWEEP", "") == "full"
-"""``PASSKIT_SWEEP=full`` checks every sample of every op; otherwise the first sample only."""
+SWEEP = os.environ.get("PASSKIT_SWEEP", "")
+"""``full``: every sample of every entry. ``all``: the first sample of every entry. Unset: the
+first sample of the entries in shard ``PASSKIT_SWEEP_SHARD`` (``k/n``, default ``0/3``)."""
+FULL = SWEEP == "full"
+SHARD = os.environ.get("PASSKIT_SWEEP_SHARD", "0/3")
+
+
+def selected(name: str) -> bool:
+    """Whether this run checks the entry: a stable hash of its name picks its shard."""
+    if SWEEP in ("full", "all"):
+        return True
+    k, n = (int(part) for part in SHARD.split("/"))
+    return zlib.crc32(name.encode()) % n == k
 
 DEFAULT_TOL = (1.3e-6, 1e-5)  # torch.testing's float32 rtol, atol
 

@@ -190,3 +190,44 @@ def test_mutated_input_sharing_storage_without_overlap_runs() -> None:
     out = passkit.aot_function(fn, pipeline=PIPELINE)(base[0], base[1])
     torch.testing.assert_close(out, torch.full((2,), 3.0))
     torch.testing.assert_close(base, torch.tensor([[2.0, 2.0], [1.0, 1.0]]))
+
+
+def test_linalg_ops_with_effectful_error_checks_compile_and_still_check() -> None:
+    # Their error check is an effectful op; tracing wrapped it in an effect token nobody passed.
+    compiled = passkit.aot_function(torch.linalg.inv, pipeline=PIPELINE)
+    x = torch.tensor([[2.0, 1.0], [1.0, 3.0]])
+    expected, expected_grad = _grad(torch.linalg.inv, x)
+    out, grad = _grad(compiled, x)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grad, expected_grad)
+    with pytest.raises(torch.linalg.LinAlgError):
+        compiled(torch.zeros(2, 2, requires_grad=True))
+
+
+def test_lstm_trains_and_matches_eager() -> None:
+    # oneDNN's fused layer fills its backward's workspace only under grad mode.
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(4, 3, batch_first=True)
+    compiled = passkit.aot_module(__import__("copy").deepcopy(lstm), pipeline=PIPELINE)
+    x = torch.randn(2, 5, 4)
+    expected, _ = lstm(x)
+    out, _ = compiled(x)
+    torch.testing.assert_close(out, expected)
+    expected.sum().backward()
+    out.sum().backward()
+    for p, q in zip(lstm.parameters(), compiled.mod.parameters()):
+        torch.testing.assert_close(q.grad, p.grad)
+
+
+def test_data_dependent_op_is_one_line_error_or_eager_fallback() -> None:
+    fn = lambda x: torch.masked_select(x, x > 0) * 2  # noqa: E731
+    x = torch.tensor([1.0, -1.0, 2.0], requires_grad=True)
+    with pytest.raises(passkit.PasskitError) as info:
+        passkit.aot_function(fn, pipeline=PIPELINE)(x)
+    assert str(info.value) == (
+        "passkit: aten.masked_select.default gives an output whose shape or value depends on tensor data; "
+        'passkit compiles static shapes only (on_error = "eager" runs such programs eagerly)'
+    )
+    with pytest.warns(RuntimeWarning, match="masked_select"):
+        out = passkit.aot_function(fn, pipeline=PIPELINE, on_error="eager")(x)
+    torch.testing.assert_close(out, torch.tensor([2.0, 4.0]))
