@@ -518,3 +518,14 @@ def data_dependent_op(exc: BaseException) -> str | None:
             return "an op that reads tensor data while tracing"
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return None
+
+
+@contextlib.contextmanager
+def mkldnn_disabled() -> Any:
+    """oneDNN off while tracing (``torch.backends.mkldnn.flags`` also sets TF32 and warns)."""
+    previous = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(previous)

@@ -6,9 +6,6 @@ was before the write (uninitialised memory: a silent wrong gradient), and torch'
 ``rrelu_with_noise_functional`` formula makes the same mistake. The stand-in draws the slopes
 with the same kernel, under the same seed, and multiplies: ``x * noise`` is eager's output bit
 for bit and its gradient ``noise`` is eager's ``rrelu_with_noise_backward`` in training mode.
-
-``lstm`` on the CPU runs oneDNN's fused layer, whose backward needs a workspace the compiled
-forward (run without grad mode) leaves empty; ATen's unfused LSTM cells compute the same values.
 """
 
 from __future__ import annotations
@@ -48,20 +45,7 @@ def _rrelu_with_noise_functional(
     return x * drawn, drawn
 
 
-def _without_mkldnn(op: Any) -> Any:
-    """``op`` with oneDNN's fused RNN kernels off: their backward reads a ``workspace`` that the
-    forward fills only when it runs under grad mode, which a compiled forward never does."""
-
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with torch.backends.mkldnn.flags(enabled=False):
-            return op(*args, **kwargs)
-
-    return run
-
-
 DIFFERENTIABLE_FORMS: dict[Any, Any] = {
     aten.rrelu.default: _rrelu,
     aten.rrelu_with_noise_functional.default: _rrelu_with_noise_functional,
-    aten.lstm.input: _without_mkldnn(aten.lstm.input),
-    aten.lstm.data: _without_mkldnn(aten.lstm.data),
 }

@@ -38,7 +38,7 @@ def functionalize(program: Program) -> bool:
     names = [n.name for n in main.graph.nodes if n.op == "placeholder"]
     # oneDNN's fused LSTM layer leaves its backward's workspace empty when the compiled forward
     # runs without grad mode; ATen's unfused cells compute the same values (see joint's forms).
-    with torch.backends.mkldnn.flags(enabled=False):
+    with _torch.mkldnn_disabled():
         gm, mutations = _torch.functional_trace(
             _interpreted(main),
             program.example_inputs,
