@@ -20,32 +20,28 @@ from known_gaps import KNOWN_GAPS
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore")]
 
 
-def _expect_gap(request: pytest.FixtureRequest, name: str) -> None:
+def _check(request: pytest.FixtureRequest, name: str, check, entry) -> None:  # noqa: ANN001
     reason = KNOWN_GAPS.get(name)
     if reason is not None:
         # Under PASSKIT_SWEEP=full a gap seen on the first sample may show on later ones too;
-        # only the default (first-sample) run is strict.
+        # only the first-sample runs are strict.
         request.applymarker(pytest.mark.xfail(reason=reason, strict=not harness.FULL))
+    try:
+        check(entry)
+    except harness.EagerFails as exc:
+        pytest.skip(f"eager itself fails: {str(exc).splitlines()[0]}")
 
 
 @pytest.mark.parametrize("op", [op for op in harness.swept_ops() if harness.selected(harness.op_id(op))], ids=harness.op_id)
 def test_op_matches_eager(op, request: pytest.FixtureRequest) -> None:
-    _expect_gap(request, harness.op_id(op))
-    try:
-        harness.check_op(op)
-    except harness.EagerFails as exc:
-        pytest.skip(f"eager itself fails: {str(exc).splitlines()[0]}")
+    _check(request, harness.op_id(op), harness.check_op, op)
 
 
 @pytest.mark.parametrize(
     "module_info", [m for m in harness.swept_modules() if harness.selected(harness.module_id(m))], ids=harness.module_id
 )
 def test_module_matches_eager(module_info, request: pytest.FixtureRequest) -> None:
-    _expect_gap(request, harness.module_id(module_info))
-    try:
-        harness.check_module(module_info)
-    except harness.EagerFails as exc:
-        pytest.skip(f"eager itself fails: {str(exc).splitlines()[0]}")
+    _check(request, harness.module_id(module_info), harness.check_module, module_info)
 
 
 def test_known_gaps_name_swept_entries() -> None:
