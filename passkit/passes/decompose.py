@@ -111,7 +111,7 @@ def _draws_random_numbers(op: Any) -> bool:
     return isinstance(op, _torch.OpOverload) and torch.Tag.nondeterministic_seeded in op.tags
 
 
-def _without_autograd_ops(table: dict[Any, Callable[..., Any]], *, training: bool) -> dict[Any, Callable[..., Any]]:
+def main_table(table: dict[Any, Callable[..., Any]], *, training: bool) -> dict[Any, Callable[..., Any]]:
     """The part of ``table`` that may lower ``main`` before ``joint`` differentiates it.
 
     ``joint`` lowers the rest after autograd ran: ops about autograd, not values (``detach``),
@@ -159,7 +159,7 @@ def decompose(program: Program, *, tables: list[TableName], keep: list[str], ext
     before = program.graph_hash()
     functional = "functional" in program.facts
     for name, gm in list(program.graphs.items()):
-        graph_table = _without_autograd_ops(table, training=program.training) if name == "main" else table
+        graph_table = main_table(table, training=program.training) if name == "main" else table
         program.graphs[name] = _lowered(gm, graph_table, functional=functional)
     program.target_opset = target
     return program.graph_hash() != before
