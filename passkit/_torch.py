@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -143,9 +144,44 @@ def functional_trace(
             pre_dispatch=pre_dispatch,
             record_module_stack=True,
         )(*args)
+    _drop_unused_effect_tokens(gm, len(args))
     if arg_names is not None:
         _rename_placeholders(gm, arg_names)
     return gm, list(mutations)
+
+
+def _drop_unused_effect_tokens(gm: GraphModule, n_args: int) -> None:
+    """Call effectful ops directly instead of through the effect-token inputs tracing added.
+
+    An effectful op (linalg's ``_linalg_check_errors``) makes ``FunctionalTensorMode`` add a
+    token input that nobody passes (``tangents_token``) and wrap the call in ``with_effects``.
+    The token only orders effects; graph order keeps that order, so the call runs as itself.
+    """
+    extra = [n for n in gm.graph.nodes if n.op == "placeholder"][n_args:]
+    if not extra:
+        return
+    hop = getattr(torch.ops.higher_order, "with_effects", None)
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not hop:
+            continue
+        token, op, *op_args = node.args
+        with gm.graph.inserting_before(node):
+            direct = gm.graph.call_function(op, tuple(op_args), dict(node.kwargs))
+        for user in list(node.users):
+            index = user.args[1] if user.target is operator.getitem else None
+            if index == 0:
+                user.replace_all_uses_with(token)
+            elif index == 1 and len(node.users) <= 2:
+                user.replace_all_uses_with(direct)
+            elif user.users:
+                raise NotImplementedError(f"effectful op {op} with several results is not supported yet")
+            gm.graph.erase_node(user)
+        gm.graph.erase_node(node)
+    for placeholder in extra:
+        if placeholder.users:
+            raise NotImplementedError(f"effect token {placeholder.name} is still read after unwrapping with_effects")
+        gm.graph.erase_node(placeholder)
+    gm.recompile()
 
 
 def retrace(
@@ -598,3 +634,46 @@ def inductor_callable(compiled: Any) -> Callable[[list[Any]], Any]:
     if direct is not None and device_types <= {"cpu"}:
         return direct
     return compiled
+
+
+# -- autograd formulas ----------------------------------------------------------------------
+
+
+def has_own_autograd_formula(op: Any) -> bool:
+    """Whether autograd differentiates ``op`` by its own formula rather than through its parts.
+
+    Such an op must reach autograd whole: differentiating its decomposition instead can change
+    the gradient (``special.log_ndtr``'s ``where`` branches give NaN where the formula does not).
+    CompositeImplicitAutograd ops decompose above autograd in eager too.
+    """
+    if not isinstance(op, OpOverload):
+        return False
+    name = op.name()
+    return torch._C._dispatch_has_kernel_for_dispatch_key(
+        name, "Autograd"
+    ) and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
+
+
+def data_dependent_op(exc: BaseException) -> str | None:
+    """The op whose output shape or value depends on tensor data, if ``exc`` (or its cause) says so."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, (DataDependentOutputException, DynamicOutputShapeException)):
+            return str(exc.func) if getattr(exc, "func", None) is not None else str(exc)
+        if "data is not allocated yet" in str(exc):
+            return "an op that reads tensor data while tracing"
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+@contextlib.contextmanager
+def mkldnn_disabled() -> Any:
+    """oneDNN off while tracing (``torch.backends.mkldnn.flags`` also sets TF32 and warns)."""
+    previous = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(previous)

@@ -17,6 +17,7 @@ from passkit import _torch
 from passkit._torch import pytree
 from passkit.capture import program_from_function, program_from_graph
 from passkit.compile_options import apply_mode, record_report, split_options, warn_at_recompile_limit
+from passkit.data_dependent import explain_data_dependent
 from passkit.errors import PasskitError
 from passkit.program import Program
 from passkit.report import Report, StepRecord
@@ -283,15 +284,18 @@ class _TracedCache:
 
         try:
             kinds = self.kinds(len(unique)) if self.kinds else None
-            program = program_from_function(flat_fn, unique, kinds=kinds)
-            compiled = compile_program(program, unique, self.pipeline, reports=self.reports)
+            # A program without tensor inputs traces its factory ops for real; the caller's
+            # random numbers must still be there for the compiled call, as in eager.
+            with torch.random.fork_rng(devices=[]):
+                program = program_from_function(flat_fn, unique, kinds=kinds)
+                compiled = compile_program(program, unique, self.pipeline, reports=self.reports)
             return compiled, out_spec_box[0]
         except Exception as exc:  # noqa: BLE001 - every failure goes through on_error
 
             def eager(*tensors: Any) -> Any:
                 return self._call_user_fn([tensors[p] if p >= 0 else leaf for p, leaf in zip(positions, leaves)], in_spec)
 
-            return self.fallback.handle(exc, eager), None
+            return self.fallback.handle(explain_data_dependent(exc), eager), None
 
 
 def _unique_tensors(leaves: Sequence[Any]) -> list[torch.Tensor]:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
+from passkit.differentiable_forms import DIFFERENTIABLE_FORMS
 from passkit.program import Program
 
 __all__ = ["JointPlan", "make_joint_fn"]
@@ -26,7 +27,7 @@ def _differentiable_copy(dst: torch.Tensor, src: torch.Tensor, non_blocking: boo
 
 # Functionalization emits these functional ops, which have no autograd formula; under autograd
 # they run as an equivalent that has one.
-_DIFFERENTIABLE_FORMS: dict[Any, Any] = {torch.ops.aten.copy.default: _differentiable_copy}
+_DIFFERENTIABLE_FORMS: dict[Any, Any] = {torch.ops.aten.copy.default: _differentiable_copy, **DIFFERENTIABLE_FORMS}
 
 
 def _differentiable_form(target: Any) -> Any:
@@ -71,7 +72,7 @@ class JointPlan:
         self.diff_outputs = [
             k
             for k, out in enumerate(outs)
-            if isinstance(out, torch.Tensor) and out.requires_grad and out.is_floating_point()
+            if isinstance(out, torch.Tensor) and out.requires_grad and (out.is_floating_point() or out.is_complex())
         ]
         with program.fake_mode:
             self.tangent_examples = [torch.empty_like(outs[k]) for k in self.diff_outputs]

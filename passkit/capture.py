@@ -14,7 +14,9 @@ import torch
 from torch.fx import GraphModule
 
 from passkit import _torch
+from passkit.errors import PasskitError
 from passkit.program import Desc, GraphIO, InputInfo, OutputInfo, Program, Signature
+from passkit.traced_autograd import TapeObserver
 
 __all__ = ["program_from_graph", "program_from_function"]
 
@@ -186,17 +188,31 @@ def program_from_function(
         mode = _torch.new_fake_mode()
         return [_torch.fakify(mode, x) for x in real_inputs]
 
+    tape = TapeObserver()
+
     def flat_fn(*args: Any) -> tuple[Any, ...]:
         out = fn(*args)
-        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        flat = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        tape.observe(flat)
+        return flat
 
     # Pre-dispatch graphs keep no_grad blocks but cannot hold functorch transforms (vmap, grad,
     # jacrev); such programs are captured post-dispatch, where the transforms are inlined.
     try:
         gm = _torch.trace_graph(flat_fn, fakes(), pre_dispatch=True)
         if not _torch.uses_functorch(gm):
-            return program_from_graph(gm, real_inputs, kinds=kinds)
+            return _with_traced_requires_grad(program_from_graph(gm, real_inputs, kinds=kinds), tape)
+    except PasskitError:
+        raise
     except Exception:  # noqa: BLE001 - the post-dispatch trace below raises the real error
         pass
     gm = _torch.trace_graph(flat_fn, fakes(), pre_dispatch=False)
-    return program_from_graph(gm, real_inputs, kinds=kinds)
+    return _with_traced_requires_grad(program_from_graph(gm, real_inputs, kinds=kinds), tape)
+
+
+def _with_traced_requires_grad(program: Program, tape: TapeObserver) -> Program:
+    """Outputs need grad as the traced function made them, ``requires_grad_()`` included."""
+    if tape.requires_grad is not None:
+        for info, requires_grad in zip(program.signature.outputs, tape.requires_grad):
+            info.requires_grad = info.requires_grad or requires_grad
+    return program

@@ -16,6 +16,7 @@ import torch
 from passkit import _torch
 from passkit.errors import PasskitError
 from passkit.program import InputInfo, OutputInfo, Program
+from passkit.shared_inputs import refuse_mutated_shared_storage
 
 __all__ = ["CompiledProgram", "DOUBLE_BACKWARD_ERROR"]
 
@@ -99,7 +100,12 @@ class CompiledProgram:
             bw_io = program.io("backward")
             self.backward_gather = [(d.kind == "saved", d.index) for d in bw_io.inputs]
             differentiable = {d.index for d in bw_io.inputs if d.kind == "tangent"}
-            self.non_differentiable = [k for k in range(self.n_visible) if k not in differentiable]
+            # An output eager marks as needing grad keeps it even where no gradient reaches an
+            # input (``bernoulli``, ``x.zero_()``), as in eager.
+            wants_grad = {k for k, info in zip(self.user_slots, sig.outputs) if info.requires_grad}
+            self.non_differentiable = [
+                k for k in range(self.n_visible) if k not in differentiable and k not in wants_grad
+            ]
             self.grad_targets = [d.index for d in bw_io.outputs]
             # Routing the common case needs no per-call bookkeeping: decided once, here.
             saved_values = _output_values(program, "forward")[self.n_visible :]
@@ -145,6 +151,8 @@ class CompiledProgram:
         ]
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
+        if self.mutated:
+            refuse_mutated_shared_storage(self.mutated, args)
         if self.training:
             visible = _CompiledFunction.apply(self, *args)
         else:
@@ -185,5 +193,23 @@ class CompiledProgram:
         base = args[info.alias_of_input]
         if info.is_input:
             return base
+        if base.requires_grad and not info.requires_grad:
+            base = base.detach()  # ``a.detach()`` returned: shares a's memory, not its history
         size, stride, offset = info.view  # type: ignore[misc]
-        return base.as_strided(size, stride, offset)
+        if isinstance(value, torch.Tensor) and value.dtype != base.dtype:
+            alias = _view_in_dtype(base, value, size, stride, offset)
+        else:
+            alias = base.as_strided(size, stride, offset)
+        if info.requires_grad and not alias.requires_grad:
+            alias.requires_grad_(True)  # ``a.view(-1).requires_grad_()`` on an input that needs no grad
+        return alias
+
+
+def _view_in_dtype(base: torch.Tensor, value: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:
+    """An alias of ``base`` in another dtype (``view_as_complex``/``view_as_real``), differentiably."""
+    if value.is_complex() and base.dtype == value.real.dtype:
+        real = base.as_strided((*size, 2), (*(2 * s for s in stride), 1), 2 * offset)
+        return torch.view_as_complex(real)
+    if base.is_complex() and value.dtype == base.real.dtype:
+        return torch.view_as_real(base).as_strided(size, stride, offset)
+    return value  # a reinterpreting view autograd cannot follow: the computed value, unaliased

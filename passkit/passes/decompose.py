@@ -95,14 +95,36 @@ def build_table(tables: list[TableName], keep: list[str], extra: list[str]) -> t
     if extra:
         table.update(_torch.decompositions_for([resolve_op(n) for n in extra]))
     kept = {op for name in keep for op in _overloads(resolve_op(name))}
+    kept |= {op for op in table if _draws_random_numbers(op)} - set(_torch.decompositions_for([resolve_op(n) for n in extra]))
     for op in kept:
         table.pop(op, None)
     return table, kept
 
 
-def _without_autograd_ops(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
-    """``main`` is differentiated later by ``joint``, which lowers these after autograd ran."""
-    return {op: fn for op, fn in table.items() if op not in _torch.AUTOGRAD_SEMANTIC_OPS}
+def _draws_random_numbers(op: Any) -> bool:
+    """A random op (``bernoulli``, ``rrelu``, attention with dropout) stays whole.
+
+    Its decomposition draws through other RNG calls (``rand_like < p``), so under the same seed
+    the numbers would differ from eager's; whole, it draws exactly what eager draws, so dropout
+    training is reproducible. ``extra`` can still name one to decompose.
+    """
+    return isinstance(op, _torch.OpOverload) and torch.Tag.nondeterministic_seeded in op.tags
+
+
+def main_table(table: dict[Any, Callable[..., Any]], *, training: bool) -> dict[Any, Callable[..., Any]]:
+    """The part of ``table`` that may lower ``main`` before ``joint`` differentiates it.
+
+    ``joint`` lowers the rest after autograd ran: ops about autograd, not values (``detach``),
+    and in a training program every op autograd differentiates by its own formula. Autograd
+    must apply that formula, as in eager, not differentiate the decomposition, whose gradient
+    can differ (NaN from ``special.log_ndtr``'s masked ``where`` branch). torch's AOT Autograd
+    likewise decomposes below autograd.
+    """
+    return {
+        op: fn
+        for op, fn in table.items()
+        if op not in _torch.AUTOGRAD_SEMANTIC_OPS and not (training and _torch.has_own_autograd_formula(op))
+    }
 
 
 def _lowered(gm: Any, table: dict[Any, Callable[..., Any]], *, functional: bool) -> Any:
@@ -137,7 +159,7 @@ def decompose(program: Program, *, tables: list[TableName], keep: list[str], ext
     before = program.graph_hash()
     functional = "functional" in program.facts
     for name, gm in list(program.graphs.items()):
-        graph_table = _without_autograd_ops(table) if name == "main" else table
+        graph_table = main_table(table, training=program.training) if name == "main" else table
         program.graphs[name] = _lowered(gm, graph_table, functional=functional)
     program.target_opset = target
     return program.graph_hash() != before

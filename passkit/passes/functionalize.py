@@ -36,12 +36,15 @@ def functionalize(program: Program) -> bool:
     if any(d.kind == "mutation" for d in io.outputs):
         return False  # already functional: its mutations are outputs
     names = [n.name for n in main.graph.nodes if n.op == "placeholder"]
-    gm, mutations = _torch.functional_trace(
-        _interpreted(main),
-        program.example_inputs,
-        pre_dispatch=_torch.keeps_grad_mode_regions(main),
-        arg_names=names,
-    )
+    # oneDNN's fused LSTM layer leaves its backward's workspace empty when the compiled forward
+    # runs without grad mode; ATen's unfused cells compute the same values (see joint's forms).
+    with _torch.mkldnn_disabled():
+        gm, mutations = _torch.functional_trace(
+            _interpreted(main),
+            program.example_inputs,
+            pre_dispatch=_torch.keeps_grad_mode_regions(main),
+            arg_names=names,
+        )
     gm.graph.eliminate_dead_code()
     gm.recompile()
     for mutation in mutations:

@@ -55,6 +55,18 @@ def _build(joint: GraphModule, inputs: list[Node], body: list[Node], outputs: li
     return GraphModule(joint, graph)
 
 
+def _forward_side_effects(joint: GraphModule, tangents: list[Node]) -> list[Node]:
+    """Calls kept only for their effect (``_linalg_check_errors``) that read no tangent."""
+    from_tangents: set[Node] = set(tangents)
+    for node in joint.graph.nodes:
+        if any(n in from_tangents for n in node.all_input_nodes):
+            from_tangents.add(node)
+    return [
+        n for n in joint.graph.nodes
+        if n.op == "call_function" and not n.users and n.is_impure() and n not in from_tangents
+    ]
+
+
 def split_joint(joint: GraphModule, io: GraphIO, saved: list[Node]) -> tuple[GraphModule, GraphIO, GraphModule, GraphIO]:
     """Cut ``joint`` given the values to save; returns forward and backward with descriptors."""
     placeholders = [n for n in joint.graph.nodes if n.op == "placeholder"]
@@ -63,6 +75,8 @@ def split_joint(joint: GraphModule, io: GraphIO, saved: list[Node]) -> tuple[Gra
     primals = [p for p, d in zip(placeholders, io.inputs) if d.kind != "tangent"]
     tangents = [p for p, d in zip(placeholders, io.inputs) if d.kind == "tangent"]
     forward_nodes = _ancestors(outputs[:n_fwd] + saved)
+    # Side-effect-only calls on forward values (linalg's error checks) run in the forward.
+    forward_nodes |= _ancestors(_forward_side_effects(joint, tangents))
     saved_set = set(saved)
     backward_nodes = _ancestors(outputs[n_fwd:], stop=saved_set)
     missing = [n.name for n in backward_nodes if n.op == "placeholder" and n not in saved_set and n not in tangents]

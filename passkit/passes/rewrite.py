@@ -117,7 +117,7 @@ def rewrite(
     for graph_name in graphs if graphs is not None else list(program.graphs):
         if graph_name not in program.graphs:
             raise ValueError(f"no graph {graph_name!r} (graphs: {', '.join(program.graphs)})")
-        applied.merge(_apply_checked(program, graph_name, sets, canonical, max_applications))
+        applied.merge(_apply_checked(program, graph_name, sets, _canonical_for(program, graph_name, canonical), max_applications))
     program.record_stat("stage", stage_of(program))
     program.record_stat("rewrites", applied.total)
     program.record_stat("applied", dict(sorted(applied.counts.items())))
@@ -127,6 +127,16 @@ def rewrite(
     if expect_match:
         require(applied, patterns if expect_match is True else expect_match)
     return applied.total > 0
+
+
+def _canonical_for(program: Program, graph_name: str, canonical: Any) -> Any:
+    """The form patterns are traced to: a training program's ``main`` keeps the ops that
+    ``decompose`` leaves for ``joint`` (those with their own autograd formula)."""
+    if canonical is None or graph_name != "main" or not program.training:
+        return canonical
+    from passkit.passes.decompose import main_table
+
+    return dataclasses.replace(canonical, table=main_table(dict(canonical.table), training=True))
 
 
 def _apply_checked(program: Program, name: str, sets: list[Any], canonical: Any, max_applications: int) -> Any:

@@ -1,0 +1,50 @@
+"""Own the check that inputs a compiled program mutates share no memory with other inputs.
+
+Functionalization treats every input as its own memory. When two distinct tensors passed in
+are views of one base (AOT Autograd's "synthetic base" case) and the program writes to one,
+eager's other view sees the write and the compiled program's does not: a silent wrong value.
+Calls where such views overlap are refused with one line; the check runs on every call because the compiled
+program is reused for any inputs of the same shapes.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from passkit.errors import PasskitError
+
+__all__ = ["SHARED_STORAGE_ERROR", "refuse_mutated_shared_storage"]
+
+SHARED_STORAGE_ERROR = (
+    "passkit: inputs {mutated} and {other} share memory (views of one tensor) and the program "
+    "writes to input {mutated}; pass the base tensor once, or clone the views before the call"
+)
+
+
+def _byte_range(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes ``t`` can reach, from its first element to one past its last."""
+    start = t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
+    if t.numel() == 0:
+        return start, start
+    extent = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
+    return start, start + (extent + 1) * t.element_size()
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    (a0, a1), (b0, b1) = _byte_range(a), _byte_range(b)
+    return a0 < b1 and b0 < a1
+
+
+def refuse_mutated_shared_storage(mutated: Sequence[int], args: Sequence[object]) -> None:
+    """Raise when an input the program mutates overlaps another input tensor in memory."""
+    for m in mutated:
+        arg = args[m]
+        if not isinstance(arg, torch.Tensor) or arg.layout != torch.strided:
+            continue
+        for i, other in enumerate(args):
+            if i != m and isinstance(other, torch.Tensor) and other.layout == torch.strided and _overlap(arg, other):
+                raise PasskitError(SHARED_STORAGE_ERROR.format(mutated=m, other=i))

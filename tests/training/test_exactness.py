@@ -1,0 +1,234 @@
+"""Silent wrong results found by running torch's AOT Autograd tests, each pinned against eager.
+
+Each test names where the math changed: a decomposition, the joint trace or the runtime.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import passkit
+
+PIPELINE = "training-python"
+
+
+def _grad(fn, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    x = x.detach().requires_grad_(True)
+    out = fn(x)
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    return out, grad
+
+
+def test_decomposition_before_joint_keeps_the_ops_own_gradient_log_ndtr() -> None:
+    # Differentiating log_ndtr's decomposition (a where over two branches) gave NaN at -10.
+    x = torch.tensor([-10.0, -3.0, 0.5, 12.0])
+    fn = torch.special.log_ndtr
+    expected, expected_grad = _grad(fn, x)
+    out, grad = _grad(passkit.aot_function(fn, pipeline=PIPELINE), x)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grad, expected_grad)
+    assert not grad.isnan().any()
+
+
+def test_decomposition_before_joint_keeps_safe_softmax_gradient() -> None:
+    x = torch.tensor([[0.0, float("-inf")], [float("-inf"), float("-inf")]])
+    fn = lambda t: torch.ops.aten._safe_softmax.default(t, -1) * 2  # noqa: E731
+    expected, expected_grad = _grad(fn, x)
+    out, grad = _grad(passkit.aot_function(fn, pipeline=PIPELINE), x)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grad, expected_grad)
+
+
+def test_decomposition_before_joint_keeps_kl_div_gradient() -> None:
+    target = torch.tensor([0.0, 0.5, 0.5])
+    fn = lambda t: torch.nn.functional.kl_div(t, target, reduction="batchmean")  # noqa: E731
+    x = torch.tensor([-1.0, -2.0, -0.5])
+    _, expected_grad = _grad(fn, x)
+    _, grad = _grad(passkit.aot_function(fn, pipeline=PIPELINE), x)
+    torch.testing.assert_close(grad, expected_grad)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        pytest.param(lambda x: torch.nn.functional.rrelu(x, training=True), id="rrelu"),
+        pytest.param(lambda x: torch.bernoulli(torch.sigmoid(x)) * x, id="bernoulli"),
+        pytest.param(lambda x: torch.nn.functional.dropout(x, 0.5, training=True), id="dropout"),
+    ],
+)
+def test_random_ops_draw_what_eager_draws_under_the_same_seed(fn) -> None:
+    # rrelu's noise buffer was read before the joint trace's functionalized write (garbage
+    # gradients); bernoulli's decomposition draws through rand_like instead of the same kernel.
+    x = torch.randn(64)
+    torch.manual_seed(7)
+    expected, expected_grad = _grad(fn, x)
+    compiled = passkit.aot_function(fn, pipeline=PIPELINE)
+    compiled(x)  # compile first: tracing draws nothing, but keep the seeded call clean
+    torch.manual_seed(7)
+    out, grad = _grad(compiled, x)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    torch.testing.assert_close(grad, expected_grad, rtol=0, atol=0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known silent gap: only the dropout after self-attention (dropout1) masks other elements than "
+    "eager (dropout alone, after attention or after matmuls is exact); suspected: its input's strides differ "
+    "from eager's, and the mask follows memory order",
+)
+def test_transformer_layer_with_dropout_in_training_matches_eager_gradients() -> None:
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, batch_first=True)
+    compiled_layer = passkit.aot_module(__import__("copy").deepcopy(layer), pipeline=PIPELINE)
+    x = torch.randn(2, 3, 8)
+    compiled_layer(x)  # compile outside the seeded step
+    torch.manual_seed(1)
+    layer(x).sum().backward()
+    torch.manual_seed(1)
+    compiled_layer(x).sum().backward()
+    for (name, p), q in zip(layer.named_parameters(), compiled_layer.mod.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, msg=lambda m: f"{name}: {m}")
+
+
+def test_runtime_regenerates_view_as_complex_in_its_dtype() -> None:
+    x = torch.randn(3, 2, requires_grad=True)
+    out = passkit.aot_function(torch.view_as_complex, pipeline=PIPELINE)(x)
+    assert out.dtype == torch.complex64 and out._base is x
+    torch.testing.assert_close(out, torch.view_as_complex(x))
+    out.abs().sum().backward()
+    expected = x.detach().clone().requires_grad_(True)
+    torch.view_as_complex(expected).abs().sum().backward()
+    torch.testing.assert_close(x.grad, expected.grad)
+
+
+def test_runtime_keeps_a_detached_alias_out_of_autograd_and_in_step_with_mutation() -> None:
+    def fn(a):
+        tmp = a.detach()
+        a.mul_(2)
+        return a, tmp
+
+    root = torch.ones(3, 3, requires_grad=True)
+    a, tmp = passkit.aot_function(fn, pipeline=PIPELINE)(root.clone())
+    assert a.requires_grad and not tmp.requires_grad
+    torch.testing.assert_close(tmp, torch.full((3, 3), 2.0))
+    a.mul_(3)
+    torch.testing.assert_close(tmp, torch.full((3, 3), 6.0))  # still a's memory
+
+
+def test_output_made_to_require_grad_by_the_function_does() -> None:
+    def fn(a, b):
+        view = a.view(-1)
+        view.requires_grad_(True)
+        return view
+
+    out = passkit.aot_function(fn, pipeline=PIPELINE)(torch.ones(3, 3), torch.ones(3, 3, requires_grad=True))
+    assert out.requires_grad and out.is_leaf
+
+
+def test_complex_outputs_keep_requires_grad_and_gradients() -> None:
+    fn = lambda x: torch.fft.rfft(x)  # noqa: E731
+    x = torch.randn(8, requires_grad=True)
+    out = passkit.aot_function(fn, pipeline=PIPELINE)(x)
+    assert out.requires_grad
+    out.abs().sum().backward()
+    expected = x.detach().clone().requires_grad_(True)
+    fn(expected).abs().sum().backward()
+    torch.testing.assert_close(x.grad, expected.grad)
+
+
+class _HalfGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 0.5
+
+
+def test_custom_autograd_function_is_refused_not_differentiated() -> None:
+    compiled = passkit.aot_function(lambda x: _HalfGrad.apply(x), pipeline=PIPELINE)
+    with pytest.raises(passkit.PasskitError) as info:
+        compiled(torch.ones(3, requires_grad=True))
+    assert str(info.value) == (
+        "passkit: the program calls the custom torch.autograd.Function '_HalfGrad', whose own backward "
+        'passkit cannot keep; call it outside the compiled function, or use on_error = "eager"'
+    )
+
+
+def test_custom_autograd_function_falls_back_to_eager_with_its_backward() -> None:
+    compiled = passkit.aot_function(lambda x: _HalfGrad.apply(x), pipeline=PIPELINE, on_error="eager")
+    x = torch.ones(3, requires_grad=True)
+    with pytest.warns(RuntimeWarning):
+        compiled(x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((3,), 0.5))
+
+
+def test_mutated_input_overlapping_another_input_is_refused() -> None:
+    def fn(a, b):
+        a.add_(1)
+        return a + b
+
+    compiled = passkit.aot_function(fn, pipeline=PIPELINE)
+    compiled(torch.ones(2), torch.ones(2))  # distinct memory: fine
+    base = torch.ones(4, 2)
+    with pytest.raises(passkit.PasskitError) as info:
+        compiled(base[0], base[0])
+    assert str(info.value) == (
+        "passkit: inputs 0 and 1 share memory (views of one tensor) and the program writes to input 0; "
+        "pass the base tensor once, or clone the views before the call"
+    )
+    torch.testing.assert_close(base, torch.ones(4, 2))  # refused before anything was written
+
+
+def test_mutated_input_sharing_storage_without_overlap_runs() -> None:
+    def fn(a, b):
+        a.mul_(2)
+        return a + b
+
+    base = torch.ones(2, 2)
+    out = passkit.aot_function(fn, pipeline=PIPELINE)(base[0], base[1])
+    torch.testing.assert_close(out, torch.full((2,), 3.0))
+    torch.testing.assert_close(base, torch.tensor([[2.0, 2.0], [1.0, 1.0]]))
+
+
+def test_linalg_ops_with_effectful_error_checks_compile_and_still_check() -> None:
+    # Their error check is an effectful op; tracing wrapped it in an effect token nobody passed.
+    compiled = passkit.aot_function(torch.linalg.inv, pipeline=PIPELINE)
+    x = torch.tensor([[2.0, 1.0], [1.0, 3.0]])
+    expected, expected_grad = _grad(torch.linalg.inv, x)
+    out, grad = _grad(compiled, x)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grad, expected_grad)
+    with pytest.raises(torch.linalg.LinAlgError):
+        compiled(torch.zeros(2, 2, requires_grad=True))
+
+
+def test_lstm_trains_and_matches_eager() -> None:
+    # oneDNN's fused layer fills its backward's workspace only under grad mode.
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(4, 3, batch_first=True)
+    compiled = passkit.aot_module(__import__("copy").deepcopy(lstm), pipeline=PIPELINE)
+    x = torch.randn(2, 5, 4)
+    expected, _ = lstm(x)
+    out, _ = compiled(x)
+    torch.testing.assert_close(out, expected)
+    expected.sum().backward()
+    out.sum().backward()
+    for p, q in zip(lstm.parameters(), compiled.mod.parameters()):
+        torch.testing.assert_close(q.grad, p.grad)
+
+
+def test_data_dependent_op_is_one_line_error_or_eager_fallback() -> None:
+    fn = lambda x: torch.masked_select(x, x > 0) * 2  # noqa: E731
+    x = torch.tensor([1.0, -1.0, 2.0], requires_grad=True)
+    with pytest.raises(passkit.PasskitError) as info:
+        passkit.aot_function(fn, pipeline=PIPELINE)(x)
+    assert str(info.value) == (
+        "passkit: aten.masked_select.default gives an output whose shape or value depends on tensor data; "
+        'passkit compiles static shapes only (on_error = "eager" runs such programs eagerly)'
+    )
+    with pytest.warns(RuntimeWarning, match="masked_select"):
+        out = passkit.aot_function(fn, pipeline=PIPELINE, on_error="eager")(x)
+    torch.testing.assert_close(out, torch.tensor([2.0, 4.0]))
