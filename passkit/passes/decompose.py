@@ -95,10 +95,19 @@ def build_table(tables: list[TableName], keep: list[str], extra: list[str]) -> t
     if extra:
         table.update(_torch.decompositions_for([resolve_op(n) for n in extra]))
     kept = {op for name in keep for op in _overloads(resolve_op(name))}
-    kept |= {op for op in table if _draws_random_numbers(op)} - set(_torch.decompositions_for([resolve_op(n) for n in extra]))
+    random = {op for op in table if _draws_random_numbers(op)} - set(_torch.decompositions_for([resolve_op(n) for n in extra]))
+    # Kept whole, a random op's gradient comes from its own backward op, which must stay whole too.
+    kept |= random | {op for forward in random for op in _backward_ops(forward)}
     for op in kept:
         table.pop(op, None)
     return table, kept
+
+
+def _backward_ops(op: Any) -> list[Any]:
+    """The overloads of ``<op>_backward``, if ATen has such an op."""
+    namespace, name = op.name().split("::")
+    packet = getattr(getattr(torch.ops, namespace), f"{name}_backward", None)
+    return _overloads(packet) if packet is not None else []
 
 
 def _draws_random_numbers(op: Any) -> bool:

@@ -101,20 +101,22 @@ def test_a_missing_cxx_compiler_names_the_fallback_pipeline(tmp_path, monkeypatc
 
     # A fresh kernel cache, so the missing compiler is really needed.
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
-    compiled = passkit.aot_function(lambda x: (x * 3).cos() + 1.25, pipeline="training")
+    compiled = passkit.aot_function(lambda x: (x * 3).cos() + 1.25, pipeline="training", repro_dir=str(tmp_path / "repro"))
     no_compiler = {"fx_graph_cache": False, "cpp.cxx": (None, str(tmp_path / "no-such-c++"))}
     with inductor_config.patch(no_compiler), pytest.raises(passkit.PassError) as info:
         compiled(torch.randn(5, 7, requires_grad=True))
     message = str(info.value)
     assert "\n" not in message
     assert "InvalidCxxCompiler: No working C++ compiler found" in message
+    training = passkit.load_pipeline("training")
+    codegen = training.step("codegen.inductor")
+    ran_before = ", ".join(s.id for s in training.steps[: codegen.position] if s.enabled)
     assert message.startswith(
-        passkit.load_pipeline("training").label
-        + ": steps[6] (codegen.inductor) failed: PassError: Inductor cannot compile the 'forward' graph ("
+        f"{training.where(codegen)} failed: PassError: Inductor cannot compile the 'forward' graph ("
     )
     assert message.endswith(
         "; use the 'training-python' pipeline, which needs no C++ compiler "
-        "(after: functionalize, decompose, joint, partition.default, fx.cse, fx.dce)"
+        f"(after: {ran_before}) (reproducer: {tmp_path / 'repro'}/{codegen.position + 1:02d}-codegen.inductor)"
     )
 
 

@@ -137,4 +137,5 @@ def test_a_plugins_own_joint_pass_makes_a_pipeline_trainable(tmp_path) -> None:
     )
     pipeline = load_pipeline(str(path), registry=registry)
     assert pipeline.can_train
-    assert [s.pass_name for s in pipeline.steps if s.enabled][2] == "acme.joint"
+    enabled = [s.pass_name for s in pipeline.steps if s.enabled]
+    assert "acme.joint" in enabled and "joint" not in enabled
