@@ -16,13 +16,13 @@ from types import FrameType
 
 import torch
 
-import passkit
+_PASSKIT_DIR = os.path.dirname(os.path.abspath(__file__))
 
 __all__ = ["warn_at_user_code", "user_frame"]
 
 
 def _library_roots() -> tuple[str, ...]:
-    roots = {os.path.dirname(passkit.__file__), os.path.dirname(torch.__file__)}
+    roots = {_PASSKIT_DIR, os.path.dirname(torch.__file__)}
     for key in ("stdlib", "platstdlib"):
         path = sysconfig.get_paths().get(key)
         if path:
