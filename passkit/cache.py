@@ -117,11 +117,13 @@ def _readable(pipeline: Pipeline) -> bool:
 def _versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        passkit_version = version("passkit")
-    except PackageNotFoundError:
-        passkit_version = "unknown"
-    return {"torch": torch.__version__, "python": platform.python_version(), "passkit": passkit_version}
+    found = {}
+    for name in ("torch", "passkit"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "unknown"
+    return {**found, "python": platform.python_version()}
 
 
 def _tensor_meta(value: Any) -> Any:

@@ -8,6 +8,7 @@ user's own line (the call of the compiled model), which is where a user can act 
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import sysconfig
@@ -22,7 +23,7 @@ __all__ = ["warn_at_user_code", "user_frame"]
 
 
 def _library_roots() -> tuple[str, ...]:
-    roots = {_PASSKIT_DIR, os.path.dirname(torch.__file__)}
+    roots = {_PASSKIT_DIR, os.path.dirname(inspect.getfile(torch))}
     for key in ("stdlib", "platstdlib"):
         path = sysconfig.get_paths().get(key)
         if path:
