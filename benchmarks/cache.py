@@ -9,8 +9,9 @@ attention), compiles it with ``passkit.compile`` and runs one training step. Two
 Per process, two figures: ``compile``, the time passkit spends turning the captured program into
 callables (``passkit.api.compile_program``: the pipeline, or the cache lookup and load), and
 ``first call``, the wall time of the first forward and backward (Dynamo's capture included,
-which the cache does not cover). Contenders alternate round by round; medians are quoted, and
-the ratio warm/cold is taken within the run. Numerics of warm and cold are compared exactly.
+which the cache does not cover). Each round uses a fresh folder and runs cold, then warm (warm
+needs what cold wrote); medians over rounds are quoted, and the ratio warm/cold is taken within
+the run. Numerics of warm and cold are compared exactly.
 
 Target: warm ``compile`` <= 0.2 x cold ``compile`` (exit status 1 otherwise).
 
@@ -96,7 +97,6 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as folder:
             cache = Path(folder)
             order = ["cold", "warm"]
-            # warm needs a filled cache: each round fills it with its own cold run first.
             cold = run_child(cache, args.pipeline, args.layers)
             warm = run_child(cache, args.pipeline, args.layers)
             results["cold"].append(cold)
