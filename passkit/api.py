@@ -14,6 +14,7 @@ on-disk compile cache (``passkit.cache``) unless ``cache = "off"``.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Callable, Sequence
 
 import torch
@@ -43,6 +44,9 @@ __all__ = [
 DEFAULT_PIPELINE = "training"
 Progress = Callable[[StepRecord], None]
 log = logging.getLogger("passkit")
+# make_fx keeps global tracing state (torch's patcher), so two threads tracing at once break each
+# other; compiles without Dynamo (which has its own lock) take turns. Calls of compiled code don't.
+_TRACE_LOCK = threading.RLock()
 
 
 def _log_progress(total: int) -> Progress:
@@ -333,7 +337,7 @@ class _TracedCache:
             kinds = self.kinds(len(unique)) if self.kinds else None
             # A program without tensor inputs traces its factory ops for real; the caller's
             # random numbers must still be there for the compiled call, as in eager.
-            with torch.random.fork_rng(devices=[]):
+            with _TRACE_LOCK, torch.random.fork_rng(devices=[]):
                 program = program_from_function(flat_fn, unique, kinds=kinds)
                 compiled = compile_program(program, unique, self.pipeline, reports=self.reports)
             return compiled, out_spec_box[0]

@@ -57,7 +57,7 @@ def test_concurrent_processes_compiling_one_model_all_succeed(tmp_path: Path, mo
     children = [
         subprocess.Popen([sys.executable, str(CHILD)], env=_child_env(tmp_path), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
-        for _ in range(3)
+        for _ in range(2)
     ]
     results = []
     for child in children:
@@ -68,6 +68,34 @@ def test_concurrent_processes_compiling_one_model_all_succeed(tmp_path: Path, mo
     assert len(_entries(tmp_path)) == 1 and cache_info(tmp_path).incomplete == 0
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     assert compile_and_report()["cache"] == "hit"  # what the racing writers left is a valid entry
+
+
+def test_threads_compiling_one_function_share_the_cache_and_agree() -> None:
+    results: dict[int, tuple] = {}
+    errors: list[str] = []
+
+    def work(index: int) -> None:
+        try:
+            seeded = torch.Generator().manual_seed(0)  # torch's global RNG is shared by the threads
+            x, w = torch.randn(4, 3, generator=seeded), torch.randn(3, 5, generator=seeded).requires_grad_()
+            compiled = passkit.aot_function(fn, pipeline="training-python")
+            out = compiled(x, w)
+            out.sum().backward()
+            results[index] = (compiled.passkit_reports[0].cache, out.detach(), w.grad)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(cache for cache, _, _ in results.values()) == ["", "hit", "hit"]  # tracing takes turns
+    first = results[0]
+    for _, out, grad in results.values():
+        torch.testing.assert_close((out, grad), first[1:], rtol=0, atol=0)
+    assert len(_entries(Path(os.environ[CACHE_ENV]))) == 1
 
 
 def test_concurrent_threads_writing_one_entry_leave_one_whole_file(tmp_path: Path) -> None:
