@@ -129,9 +129,14 @@ def _top_level_distributions() -> dict[str, list[str]]:
     return dict(importlib.metadata.packages_distributions())
 
 
+@functools.lru_cache(maxsize=None)
 def _distribution_version(module: str) -> str:
     """``name==version`` of the installed distribution providing ``module`` ("" if none)."""
     top = module.partition(".")[0]
+    try:  # the usual case, a distribution named like its package, without scanning them all
+        return f"{top}=={importlib.metadata.version(top)}"
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        pass
     found = []
     for dist in sorted(set(_top_level_distributions().get(top, []))):
         try:
