@@ -22,7 +22,10 @@ is compiled again.
 Compiled callables are stored as follows (the hook point for code generators):
 
 - a ``GraphModule``'s bound ``forward`` (what ``codegen.python`` produces) is stored as the
-  pickled ``GraphModule``, which reloads from its generated code;
+  pickled ``GraphModule``, which reloads from its generated code, but only when every function
+  its graphs call is found again by its module and name (ATen ops, torch functions,
+  ``operator``): a closure or a kernel object would not survive that round trip, and a program
+  that reloads different code is worse than one that compiles again;
 - any other callable is stored if it has a ``passkit_cache_payload()`` method returning
   ``(loader, data)``: ``loader`` is a ``"module:function"`` string and ``data`` picklable;
   loading calls ``function(data)`` to get the callable back. A codegen pass (for example
@@ -229,10 +232,47 @@ def write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
+def _resolves_by_name(target: Any) -> bool:
+    """Whether importing ``target``'s module and looking up its name gives ``target`` back."""
+    module = getattr(target, "__module__", None)
+    if not isinstance(module, str):
+        return False
+    names = [n for n in (getattr(target, "__qualname__", None), getattr(target, "__name__", None)) if isinstance(n, str)]
+    if module.startswith("torch._ops."):  # an ATen operator: torch.ops.<namespace>.<op>[.<overload>]
+        root: Any = getattr(torch.ops, module.split(".", 2)[2], None)
+        names = names[1:]
+    else:
+        try:
+            root = importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - not importable means not storable
+            return False
+    for name in names:
+        found = root
+        try:
+            for part in name.split("."):
+                found = getattr(found, part)
+        except AttributeError:
+            continue
+        if found is target:
+            return True
+    return False
+
+
+def _reloads_faithfully(gm: GraphModule) -> bool:
+    """Whether ``gm`` (and every submodule) is plain FX code over callables found by name."""
+    for module in gm.modules():
+        if not isinstance(module, GraphModule):
+            return False
+        for node in module.graph.nodes:
+            if node.op == "call_function" and not _resolves_by_name(node.target):
+                return False
+    return True
+
+
 def _store_callable(fn: Callable[..., Any]) -> tuple[str, Any] | None:
     owner = getattr(fn, "__self__", None)
     if inspect.ismethod(fn) and isinstance(owner, GraphModule) and fn.__name__ == "forward":
-        return ("graph_module", owner)
+        return ("graph_module", owner) if _reloads_faithfully(owner) else None
     payload = getattr(fn, "passkit_cache_payload", None)
     if callable(payload):
         described = payload()

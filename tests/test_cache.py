@@ -216,3 +216,48 @@ def test_cache_info_and_clear(tmp_path: Path) -> None:
     cleared = runner.invoke(main, ["cache", "clear"])
     assert cleared.stdout == f"removed 2 files from {folder}\n"
     assert cache_info(Path(folder)).entries == 0
+
+
+def test_compiled_code_that_calls_a_closure_is_not_stored(register_passkit_plugin) -> None:
+    """A graph module calling a function that pickling cannot find again by name (a kernel
+    closure, say) compiles every time rather than reloading something else."""
+    from torch.fx import symbolic_trace
+
+    from passkit.hookspecs import hookimpl
+    from passkit.pass_api import graph_pass
+
+    def make_kernel():
+        def kernel(x):
+            return x.sin() * 2
+
+        return kernel
+
+    @graph_pass("test.codegen_closure", produces={"compiled"})
+    def codegen_closure(program) -> bool:
+        """Compile every graph to a module that calls a closure."""
+        for name in program.graphs:
+            gm = symbolic_trace(lambda x: x)
+            node = next(n for n in gm.graph.nodes if n.op == "output")
+            with gm.graph.inserting_before(node):
+                call = gm.graph.call_function(make_kernel(), (node.args[0],))
+            node.args = ((call,),)  # graphs return a tuple of outputs
+            gm.recompile()
+            program.compiled[name] = gm.forward
+        return False
+
+    class Plugin:
+        @hookimpl
+        def passkit_register_passes(self):
+            return [codegen_closure]
+
+    register_passkit_plugin(Plugin(), name="test-closure-codegen")
+    folder = Path(os.environ[CACHE_ENV])
+    pipeline = folder.parent / "closure.toml"
+    pipeline.write_text('[[steps]]\npass = "functionalize"\n[[steps]]\npass = "test.codegen_closure"\n')
+    for _ in range(2):
+        compiled = passkit.aot_function(lambda x: x.sin() * 2, pipeline=str(pipeline))
+        with torch.no_grad():
+            x = torch.randn(3)
+            torch.testing.assert_close(compiled(x), x.sin() * 2)
+        assert compiled.passkit_reports[0].cache == ""
+    assert _entries(folder) == []
