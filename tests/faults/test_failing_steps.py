@@ -63,7 +63,8 @@ class RaisingWrapper:
 
 
 @pytest.fixture
-def faulty(register_passkit_plugin) -> None:
+def faulty(register_passkit_plugin, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # failing steps write their reproducer under the working directory
     register_passkit_plugin(FaultyPasses(), name="test-faulty-passes")
 
 
@@ -100,7 +101,8 @@ def test_on_error_raise_names_the_failing_step(tmp_path, faulty, pass_name) -> N
     with pytest.raises(passkit.PassError) as caught:
         compiled(*_inputs())
     assert str(caught.value) == (
-        f"{pipeline}: steps[0] ({pass_name}) {EXPECTED[pass_name]} (after: functionalize, decompose, attention, joint)"
+        f"faulty.toml: steps[0] ({pass_name}) {EXPECTED[pass_name]} (after: functionalize, decompose, attention, joint) "
+        f"(reproducer: passkit-repro/05-{pass_name})"
     )
 
 
@@ -118,18 +120,21 @@ def test_on_error_eager_gives_eager_results_and_reports_the_fallback(tmp_path, f
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
     torch.testing.assert_close((x.grad, w.grad), (ex.grad, ew.grad), rtol=0, atol=0)
     assert compiled.passkit_fallbacks == [
-        f"{pipeline}: steps[0] ({pass_name}) {EXPECTED[pass_name]} (after: functionalize, decompose, attention, joint)"
+        f"faulty.toml: steps[0] ({pass_name}) {EXPECTED[pass_name]} (after: functionalize, decompose, attention, joint) "
+        f"(reproducer: passkit-repro/05-{pass_name})"
     ]
 
 
-def test_a_step_wrapper_that_raises_names_the_step(tmp_path, register_passkit_plugin) -> None:
+def test_a_step_wrapper_that_raises_names_the_step(tmp_path, register_passkit_plugin, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
     register_passkit_plugin(RaisingWrapper(), name="test-raising-wrapper")
     compiled = passkit.aot_function(fn, pipeline="training-python")
     with pytest.raises(passkit.PassError) as caught:
         compiled(*_inputs())
     message = str(caught.value)
     assert message.endswith(
-        ": steps[5] (fx.cse) failed: OSError: disk full (after: functionalize, decompose, attention, joint, partition.default)"
+        ": steps[5] (fx.cse) failed: OSError: disk full (after: functionalize, decompose, attention, joint, "
+        "partition.default)"
     )
     assert message.split(":")[0].endswith("training-python.toml")
 
@@ -147,6 +152,6 @@ def test_the_fallback_warning_points_at_the_users_call_through_dynamo(tmp_path, 
     assert [(Path(w.filename).name, w.lineno) for w in fallback] == [(Path(__file__).name, line)]
     torch.testing.assert_close(out, model(x))
     assert compiled.passkit_fallbacks == [
-        f"{pipeline}: steps[0] (test.fault.mutate_then_raise) failed at node output (output): ValueError: half-way "
-        "(after: functionalize, decompose, attention, joint)"
+        "faulty.toml: steps[0] (test.fault.mutate_then_raise) failed at node output (output): ValueError: half-way "
+        "(after: functionalize, decompose, attention, joint) (reproducer: passkit-repro/05-test.fault.mutate_then_raise)"
     ]
