@@ -2,12 +2,19 @@
 
 Each entry captures a ``Program`` (through Dynamo, or by tracing with ``make_fx``), runs the
 pipeline over it, and wraps the compiled graphs in the runtime wrapper. ``on_error = "eager"``
-turns any compile failure into one warning and the uncompiled callable.
+turns any compile failure into one warning (attributed to the user's call) and the uncompiled
+callable; the reasons are kept in the result's ``passkit_fallbacks``.
+
+Progress: ``progress=`` takes a callable that receives each step's ``StepRecord`` as the step
+finishes; without one, each step is logged at INFO level on the ``passkit`` logger
+(``logging.basicConfig(level=logging.INFO)`` shows them). Compiled programs go through the
+on-disk compile cache (``passkit.cache``) unless ``cache = "off"``.
 """
 
 from __future__ import annotations
 
-import warnings
+import logging
+import threading
 from typing import Any, Callable, Sequence
 
 import torch
@@ -22,6 +29,7 @@ from passkit.errors import PasskitError
 from passkit.program import Program
 from passkit.report import Report, StepRecord
 from passkit.runtime import CompiledProgram
+from passkit.user_warnings import warn_at_user_code
 
 __all__ = [
     "compile",
@@ -35,6 +43,25 @@ __all__ = [
 
 DEFAULT_PIPELINE = "training"
 Progress = Callable[[StepRecord], None]
+log = logging.getLogger("passkit")
+# make_fx keeps global tracing state (torch's patcher), so two threads tracing at once break each
+# other; compiles without Dynamo (which has its own lock) take turns. Calls of compiled code don't.
+_TRACE_LOCK = threading.RLock()
+
+
+def _log_progress(total: int) -> Progress:
+    """The default progress: one INFO line per finished step, numbered like the report table."""
+
+    def report(record: StepRecord) -> None:
+        if record.status == "skipped":
+            log.info("[%d/%d] %s: skipped (%s)", record.position + 1, total, record.id, record.reason)
+        else:
+            log.info(
+                "[%d/%d] %s: %s, %.1f ms, %d->%d nodes", record.position + 1, total, record.id,
+                "changed" if record.changed else "unchanged", record.seconds * 1000, record.nodes_before, record.nodes_after,
+            )
+
+    return report
 
 
 def load_pipeline(name_or_path: Any) -> Any:
@@ -75,18 +102,31 @@ def compile_program(
     reports: list[Report] | None = None,
     progress: Progress | None = None,
 ) -> CompiledProgram:
-    """Run ``pipeline`` over a captured program and wrap the result for calling."""
+    """Run ``pipeline`` over a captured program (or load it from the compile cache) and wrap
+    the result for calling. ``progress`` gets each step's record; by default they are logged."""
+    from passkit.cache import CompileCache
     from passkit.evaluate import Reference
     from passkit.plugins import get_plugin_manager
     from passkit.registry import get_registry
     from passkit.runner import run_pipeline
 
     real_inputs = [_torch.concrete(x) for x in real_inputs]
-    reference = Reference(program, real_inputs) if pipeline.settings.verify == "numerics" else None
-    report = run_pipeline(
-        pipeline, program, pm=get_plugin_manager(), registry=get_registry(), reference=reference, progress=progress
-    )
+    pm = get_plugin_manager()
+    progress = progress or _log_progress(len(pipeline.steps))
+    cache = CompileCache.for_compile(pipeline, program, plugins=[name for name, _ in pm.list_name_plugin()])
+    report = cache.load(program) if cache is not None else None
+    if report is not None:
+        for record in report.records:
+            progress(record)
+    else:
+        reference = Reference(program, real_inputs) if pipeline.settings.verify == "numerics" else None
+        report = run_pipeline(pipeline, program, pm=pm, registry=get_registry(), reference=reference, progress=progress)
+        if cache is not None and _missing_training_steps(pipeline, program) is None:
+            cache.store(program, report)
     record_report(report)
+    finished = getattr(progress, "finished", None)
+    if callable(finished):
+        finished(report)
     if reports is not None:
         report.graph = f"graph {len(reports) + 1}, {'training' if program.training else 'inference'}"
         reports.append(report)
@@ -97,18 +137,24 @@ def compile_program(
 
 
 class _Fallback:
-    """Decide what a failed compile turns into: a raise at call time, or eager with one warning."""
+    """Decide what a failed compile turns into: a raise at call time, or eager with one warning.
 
-    def __init__(self, pipeline: Any) -> None:
+    Each fallback's one-line reason is appended to ``reasons`` (the result's ``passkit_fallbacks``).
+    """
+
+    def __init__(self, pipeline: Any, reasons: list[str] | None = None) -> None:
         self.pipeline = pipeline
         self.warned = False
+        self.reasons = reasons if reasons is not None else []
 
     def handle(self, exc: Exception, eager: Callable[..., Any]) -> Callable[..., Any]:
         if self.pipeline.settings.on_error != "eager":
             raise exc
+        lines = str(exc).strip().splitlines()
+        self.reasons.append(lines[0] if lines else type(exc).__name__)
         if not self.warned:
             self.warned = True
-            warnings.warn(f"passkit: compiling failed, running eagerly: {exc}", RuntimeWarning, stacklevel=3)
+            warn_at_user_code(f"passkit: compiling failed, running eagerly: {exc}")
         return eager
 
 
@@ -136,6 +182,7 @@ class PasskitBackend:
         self.reports: list[Report] = []
         self.programs: list[Program] = []
         self._variants: dict[Any, Any] = {}
+        self.fallbacks: list[str] = []
 
     @property
     def pipeline(self) -> Any:
@@ -170,7 +217,7 @@ class PasskitBackend:
             pipeline = self.pipeline_for(mode, options)
         except Exception as exc:  # noqa: BLE001 - a bad pipeline or option is passkit's one-line error
             return _raise_when_called(exc)
-        fallback = _Fallback(pipeline)
+        fallback = _Fallback(pipeline, self.fallbacks)
         try:
             program = program_from_graph(gm, list(example_inputs))
             self.programs.append(program)
@@ -219,12 +266,16 @@ def compile(
     ``dynamic`` means what it means to ``torch.compile``: ``None`` compiles the first shapes
     statically and recompiles once with symbolic sizes for those that change; ``True`` makes
     sizes symbolic from the start; ``False`` compiles every new shape. The result has
-    ``passkit_reports``: one ``Report`` per graph Dynamo captured.
+    ``passkit_reports``: one ``Report`` per graph Dynamo captured, and
+    ``passkit_fallbacks``: the reason of each compile that fell back to eager
+    (``on_error = "eager"``). ``progress`` receives each step's ``StepRecord`` as it finishes
+    (default: INFO lines on the ``passkit`` logger); ``settings`` override the pipeline's.
     """
     compiled_backend = PasskitBackend(pipeline, progress=progress, **settings)
     compiled_backend.pipeline  # validate the file now, not at the first call  # noqa: B018
     compiled = torch.compile(model_or_fn, backend=compiled_backend, dynamic=dynamic)
     compiled.passkit_reports = compiled_backend.reports
+    compiled.passkit_fallbacks = compiled_backend.fallbacks
     compiled.passkit_backend = compiled_backend
     return compiled
 
@@ -286,7 +337,7 @@ class _TracedCache:
             kinds = self.kinds(len(unique)) if self.kinds else None
             # A program without tensor inputs traces its factory ops for real; the caller's
             # random numbers must still be there for the compiled call, as in eager.
-            with torch.random.fork_rng(devices=[]):
+            with _TRACE_LOCK, torch.random.fork_rng(devices=[]):
                 program = program_from_function(flat_fn, unique, kinds=kinds)
                 compiled = compile_program(program, unique, self.pipeline, reports=self.reports)
             return compiled, out_spec_box[0]
@@ -319,6 +370,7 @@ def aot_function(fn: Callable[..., Any], pipeline: Any = DEFAULT_PIPELINE, **set
         return cache(*args, **kwargs)
 
     compiled.passkit_reports = cache.reports  # type: ignore[attr-defined]
+    compiled.passkit_fallbacks = cache.fallback.reasons  # type: ignore[attr-defined]
     compiled.__wrapped__ = fn  # type: ignore[attr-defined]
     return compiled
 
@@ -331,6 +383,7 @@ class AotModule(torch.nn.Module):
         self.mod = mod
         self._cache = _TracedCache(self._functional_forward, pipeline, kinds=self._kinds)
         self.passkit_reports = self._cache.reports
+        self.passkit_fallbacks = self._cache.fallback.reasons
 
     def _state(self) -> tuple[list[str], list[torch.Tensor], int]:
         params = dict(self.mod.named_parameters(remove_duplicate=False))

@@ -5,16 +5,19 @@
 tensor was expected, a different count, shape or dtype is a mismatch, never "nothing to
 compare". Floating tensors are compared with ``allclose`` (NaN equals NaN); other tensors and
 non-tensor values must be equal.
+
+The tolerance is the pipeline's ``[settings] rtol``/``atol``, loosened by the declared
+``tolerance`` of any pass that ran (``tolerance_for``): an approximation by design is not a bug.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 
-__all__ = ["RTOL", "ATOL", "Comparison", "Mismatch", "compare_values"]
+__all__ = ["RTOL", "ATOL", "Comparison", "Mismatch", "compare_values", "tolerance_for"]
 
 RTOL = 1e-4
 ATOL = 1e-5
@@ -91,3 +94,15 @@ def compare_values(
         if why is not None:
             result.mismatches.append(Mismatch(label, i, why))
     return result
+
+
+def tolerance_for(settings: Any, passes: Iterable[Any] = ()) -> tuple[float, float]:
+    """``(rtol, atol)``: the settings' values (default ``RTOL``/``ATOL``), loosened to each
+    pass's declared ``tolerance`` where that is larger."""
+    rtol = float(getattr(settings, "rtol", RTOL))
+    atol = float(getattr(settings, "atol", ATOL))
+    for pass_ in passes:
+        declared = getattr(pass_, "tolerance", None)
+        if declared is not None:
+            rtol, atol = max(rtol, declared[0]), max(atol, declared[1])
+    return rtol, atol

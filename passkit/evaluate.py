@@ -15,7 +15,7 @@ import torch
 
 from passkit._torch import concrete
 from passkit.autodiff import JointPlan, make_joint_fn
-from passkit.compare import compare_values
+from passkit.compare import ATOL, RTOL, compare_values
 from passkit.program import Program
 
 __all__ = ["Observation", "Reference", "observe"]
@@ -188,15 +188,16 @@ class Reference:
         self.real_inputs = [x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) and x.is_leaf else x for x in real_inputs]
         self.expected = observe(program, self.real_inputs)
 
-    def compare(self, program: Program) -> str | None:
-        """None when the program's current graphs agree with capture; else where they deviate."""
+    def compare(self, program: Program, *, rtol: float = RTOL, atol: float = ATOL) -> str | None:
+        """None when the program's current graphs agree with capture (within ``rtol``/``atol``);
+        else where they deviate."""
         actual = observe(program, self.real_inputs)
         for label, expected, got in (
             ("output", self.expected.outputs, actual.outputs),
             ("input", self.expected.inputs, actual.inputs),
             ("grad", self.expected.grads, actual.grads),
         ):
-            comparison = compare_values(expected, got, label)
+            comparison = compare_values(expected, got, label, rtol=rtol, atol=atol)
             if not comparison.ok:
                 first = comparison.mismatches[0]
                 return f"{first.why} in {first.where} of graph {_source_graph(program, label)}"

@@ -3,13 +3,18 @@
 A pass is a named, documented transform ``(program, **options) -> changed?`` with a contract
 over facts (``requires``, ``produces``, ``invalidates``). Its options are its keyword-only
 parameters; passkit builds a strict pydantic model from their annotations and defaults, or the
-pass gives ``options=SomeModel``. The fingerprint (name, version, source hash) feeds cache keys,
-so pass authors never write a ``uuid()``.
+pass gives ``options=SomeModel``. The fingerprint (name, version, a hash of the source file of the
+pass's module and the version of the distribution that ships it) feeds the compile cache key, so
+editing a plugin invalidates its entries and pass authors never write a ``uuid()``. A pass that
+is approximate by design (a tanh GELU) declares ``tolerance=(rtol, atol)``: numerics checks of
+a pipeline that runs it accept that much difference.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import inspect
 import re
 import textwrap
@@ -45,6 +50,7 @@ class Pass:
     training_only: bool = False
     version: str = "1"
     doc: str = ""
+    tolerance: tuple[float, float] | None = None  # (rtol, atol) this pass's results may differ by
 
     @property
     def summary(self) -> str:
@@ -66,12 +72,15 @@ class Pass:
         return bool(self.fn(program, **dict(opts)))
 
     def fingerprint(self) -> str:
-        """Stable identity of this pass's behaviour: name, version and a hash of its source."""
-        try:
-            source = inspect.getsource(self.fn)
-        except (OSError, TypeError):
-            source = getattr(self.fn, "__qualname__", repr(self.fn))
-        digest = hashlib.sha256(f"{self.name}\0{self.version}\0{source}".encode()).hexdigest()
+        """Stable identity of this pass's behaviour: name, version, the hash of its module's
+        source file and the version of the distribution that ships it.
+
+        Hashing the whole file (not just the function) catches edits to the helpers a pass
+        calls; the distribution version catches changes elsewhere in an installed plugin.
+        """
+        module = getattr(self.fn, "__module__", None) or ""
+        parts = [self.name, self.version, repr(self.tolerance), _source_digest(self.fn), _distribution_version(module)]
+        digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
         return f"{self.name}@{self.version}:{digest[:16]}"
 
     def option_fields(self) -> list[dict[str, Any]]:
@@ -90,6 +99,51 @@ class Pass:
 
     def __repr__(self) -> str:
         return f"<Pass {self.name}>"
+
+
+def _source_digest(fn: Callable[..., Any]) -> str:
+    """sha256 of the source file that defines ``fn`` (its own source when there is no file)."""
+    try:
+        path = inspect.getsourcefile(fn)
+        if path:
+            return _file_digest(path)
+    except (OSError, TypeError):
+        pass
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        source = getattr(fn, "__qualname__", repr(fn))
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def _file_digest(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return "unreadable:" + path
+
+
+@functools.lru_cache(maxsize=None)
+def _top_level_distributions() -> dict[str, list[str]]:
+    return dict(importlib.metadata.packages_distributions())
+
+
+@functools.lru_cache(maxsize=None)
+def _distribution_version(module: str) -> str:
+    """``name==version`` of the installed distribution providing ``module`` ("" if none)."""
+    top = module.partition(".")[0]
+    try:  # the usual case, a distribution named like its package, without scanning them all
+        return f"{top}=={importlib.metadata.version(top)}"
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        pass
+    found = []
+    for dist in sorted(set(_top_level_distributions().get(top, []))):
+        try:
+            found.append(f"{dist}=={importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return ",".join(found)
 
 
 def _options_from_signature(name: str, fn: Callable[..., Any]) -> type[pydantic.BaseModel]:
@@ -125,6 +179,7 @@ def graph_pass(
     options: type[pydantic.BaseModel] | None = None,
     training_only: bool = False,
     version: str = "1",
+    tolerance: tuple[float, float] | None = None,
 ) -> Callable[[Callable[..., Any]], Pass]:
     """Declare a pass. Its keyword-only parameters become its options.
 
@@ -134,9 +189,14 @@ def graph_pass(
         def fold_double_neg(program, *, max_rewrites: int = 100) -> bool:
             "Rewrite neg(neg(x)) to x."
             ...
+
+    ``tolerance=(rtol, atol)`` declares how far the pass's results may be from eager's (an
+    approximation by design); numerics checks of a pipeline that runs it use at least that.
     """
     if not PASS_NAME_RE.match(name):
         raise ValueError(f"invalid pass name {name!r}: use lowercase dotted words such as 'acme.fold_neg'")
+    if tolerance is not None and (len(tolerance) != 2 or min(tolerance) < 0):
+        raise ValueError(f"pass {name!r}: tolerance must be (rtol, atol), both >= 0, not {tolerance!r}")
 
     def decorate(fn: Callable[..., Any]) -> Pass:
         if options is not None:
@@ -153,6 +213,7 @@ def graph_pass(
             training_only=training_only,
             version=version,
             doc=textwrap.dedent(fn.__doc__ or ""),
+            tolerance=None if tolerance is None else (float(tolerance[0]), float(tolerance[1])),
         )
 
     return decorate

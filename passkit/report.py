@@ -12,7 +12,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["StepRecord", "Report", "format_bytes", "format_stats"]
+__all__ = ["StepRecord", "Report", "format_bytes", "format_stats", "format_row", "summary_line", "TABLE_HEADERS"]
+
+TABLE_HEADERS = ("#", "step", "pass", "changed", "time", "nodes", "notes")
 
 
 @dataclass
@@ -65,6 +67,7 @@ class Report:
     records: list[StepRecord]
     seconds: float = 0.0
     graph: str = ""
+    cache: str = ""  # "hit" when the compiled program was loaded from the compile cache
 
     @property
     def changed_steps(self) -> list[str]:
@@ -72,8 +75,8 @@ class Report:
 
     def table(self) -> str:
         """Render a fixed-width table with one row per step and a summary line."""
-        headers = ("#", "step", "pass", "changed", "time", "nodes", "notes")
-        rows = [_row(record) for record in self.records]
+        headers = TABLE_HEADERS
+        rows = [format_row(record) for record in self.records]
         widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
         right_aligned = {0, 4}
 
@@ -83,14 +86,11 @@ class Report:
                 out.append(cell.rjust(widths[i]) if i in right_aligned else cell.ljust(widths[i]))
             return "  ".join(out).rstrip()
 
-        title = f"pipeline {self.pipeline}" + (f" ({self.graph})" if self.graph else "")
+        labels = [label for label in (self.graph, "cache hit" if self.cache == "hit" else "") if label]
+        title = f"pipeline {self.pipeline}" + (f" ({', '.join(labels)})" if labels else "")
         body = [title, line(headers), line(tuple("-" * w for w in widths))]
         body.extend(line(row) for row in rows)
-        ran = sum(1 for r in self.records if r.status == "ran")
-        body.append(
-            f"{ran} of {len(self.records)} steps ran, {len(self.changed_steps)} changed the graphs, "
-            f"{_ms(self.seconds)} in total"
-        )
+        body.append(summary_line(self))
         return "\n".join(body)
 
     def to_json(self) -> dict[str, Any]:
@@ -101,10 +101,18 @@ class Report:
             data["number"] = record.position + 1  # 1-based, as in the table and dump names
             data["stats"] = {str(k): _plain(v) for k, v in record.stats.items()}
             steps.append(data)
-        return {"pipeline": self.pipeline, "graph": self.graph, "seconds": self.seconds, "steps": steps}
+        return {"pipeline": self.pipeline, "graph": self.graph, "seconds": self.seconds, "cache": self.cache, "steps": steps}
 
 
-def _row(record: StepRecord) -> tuple[str, ...]:
+def summary_line(report: Report) -> str:
+    """The line under the table: how many steps ran and changed the graphs, and the total time."""
+    ran = sum(1 for r in report.records if r.status == "ran")
+    line = f"{ran} of {len(report.records)} steps ran, {len(report.changed_steps)} changed the graphs, {_ms(report.seconds)} in total"
+    return line + ("; loaded from the compile cache" if report.cache == "hit" else "")
+
+
+def format_row(record: StepRecord) -> tuple[str, ...]:
+    """The table's cells for one step: number (1-based), id, pass, changed, time, nodes, notes."""
     ran = record.status == "ran"
     return (
         str(record.position + 1),

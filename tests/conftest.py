@@ -3,7 +3,7 @@
 
 Every test starts from the same process state: no inherited ``PASSKIT_*`` variables, a fresh
 process-wide plugin manager, no default ``torch.compile`` backend left by another test, the
-same working directory and torch's RNG state as before it ran.
+same working directory and torch's RNG state as before it ran, and an empty compile cache.
 """
 
 from __future__ import annotations
@@ -16,11 +16,14 @@ import torch
 
 
 @pytest.fixture(autouse=True)
-def _isolated_process_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _isolated_process_state(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     from passkit import api, plugins
 
     for name in [key for key in os.environ if key.startswith("PASSKIT_")]:
         monkeypatch.delenv(name)
+    # An empty compile cache of its own: no test reads another's entries, and the suite never
+    # writes to the user's cache directory.
+    monkeypatch.setenv("PASSKIT_CACHE_DIR", str(tmp_path_factory.mktemp("passkit-cache")))
     cwd = os.getcwd()
     rng = torch.get_rng_state()
     plugins.reset()

@@ -120,3 +120,27 @@ def test_aot_function_takes_pytrees_and_keyword_arguments() -> None:
     torch.testing.assert_close(a.grad, torch.full((3,), 2.0))
     assert compiled((a, b), scale=3.0)["sum"].shape == (3,)
     assert len(compiled.passkit_reports) == 2  # a new constant is a new specialisation
+
+
+def test_compiling_logs_one_numbered_line_per_step_on_the_passkit_logger(caplog) -> None:
+    import logging
+
+    compiled = passkit.aot_function(lambda x: (x * 2).sin(), pipeline="inference-python")
+    with caplog.at_level(logging.INFO, logger="passkit"), torch.no_grad():
+        compiled(torch.randn(3))
+    lines = [r.getMessage() for r in caplog.records if r.name == "passkit"]
+    assert [line.split(":")[0] for line in lines] == [
+        "[1/5] functionalize", "[2/5] decompose", "[3/5] fx.cse", "[4/5] fx.dce", "[5/5] codegen.python",
+    ]
+    assert lines[0].startswith("[1/5] functionalize: unchanged, ") and lines[0].endswith(" nodes")
+
+
+def test_a_progress_callable_replaces_the_log_lines(caplog) -> None:
+    import logging
+
+    seen = []
+    compiled = passkit.compile(lambda x: x.cos() + 1, pipeline="inference-python", progress=seen.append)
+    with caplog.at_level(logging.INFO, logger="passkit"), torch.no_grad():
+        compiled(torch.randn(3))
+    assert [record.id for record in seen] == ["functionalize", "decompose", "fx.cse", "fx.dce", "codegen.python"]
+    assert [r for r in caplog.records if r.name == "passkit"] == []

@@ -2,7 +2,9 @@
 
 Each subcommand lives in its own module and imports heavy modules (torch, the registry) inside
 its body. Every ``PasskitError`` and usage error prints one line on stderr and exits 2;
-``PASSKIT_DEBUG=1`` re-raises instead, to show the traceback.
+``PASSKIT_DEBUG=1`` re-raises instead, to show the traceback. Exit codes: 0 ok, 1 results differ
+from eager, 2 bad input (file, options, arguments), 3 the compile fell back to eager
+(``passkit run``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 import click
 
-from passkit.cli import bisect, explain, passes, patterns, pipelines, repro, run, terminal, validate
+from passkit.cli import bisect, cache, explain, passes, patterns, pipelines, repro, run, terminal, validate
 from passkit.errors import PasskitError
 
 __all__ = ["main", "PasskitGroup", "EXIT_USAGE"]
@@ -65,5 +67,5 @@ def main() -> None:
     """
 
 
-for _module in (passes, pipelines, patterns, validate, explain, run, bisect, repro):
+for _module in (passes, pipelines, patterns, validate, explain, run, bisect, repro, cache):
     main.add_command(_module.command)

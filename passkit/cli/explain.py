@@ -65,17 +65,20 @@ def explain_text(pipeline: Pipeline) -> str:
             title += f" [{', '.join(flags)}]"
         rows.append((str(step.position + 1), title, step.origin.get("pass", DEFAULT_ORIGIN)))
         for key, value in step.options.model_dump().items():
-            rows.extend(_option_rows(key, value, step.origin.get(key, DEFAULT_ORIGIN)))
+            items = [step.origin[f"{key}[{i}]"] for i in range(len(value))] if f"{key}[0]" in step.origin else None
+            rows.extend(_option_rows(key, value, step.origin.get(key, DEFAULT_ORIGIN), items))
     lines.append(terminal.table(("#", "step", "set by"), rows))
     return "\n".join(lines)
 
 
-def _option_rows(key: str, value: object, origin: str) -> list[tuple[str, str, str]]:
-    """One row per option; a long list gets one row per item so the table stays readable."""
+def _option_rows(key: str, value: object, origin: str, items: list[str] | None = None) -> list[tuple[str, str, str]]:
+    """One row per option; a long list, or one that overlays edited (``items``: each item's
+    file), gets one row per item so the table stays readable."""
     text = terminal.format_value(value)
-    if not isinstance(value, list) or len(text) <= WIDE:
+    if not isinstance(value, list) or (len(text) <= WIDE and items is None):
         return [("", f"  {key} = {text}", origin)]
     rows = [("", f"  {key} = [", origin)]
-    rows.extend(("", f"    {terminal.format_value(item)},", "") for item in value)
+    item_origins = items or [""] * len(value)
+    rows.extend(("", f"    {terminal.format_value(item)},", by) for item, by in zip(value, item_origins))
     rows.append(("", "  ]", ""))
     return rows

@@ -1,4 +1,9 @@
-"""Own ``passkit run``: compile a model with a pipeline, run one step, compare with eager."""
+"""Own ``passkit run``: compile a model with a pipeline, run one step, compare with eager.
+
+Exit codes: 0 the results match eager's; 1 they differ; 2 bad input (file, options, arguments;
+set by the group); 3 the compile failed and fell back to eager (``on_error = "eager"``), so the
+comparison says nothing about the compiler.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,11 @@ from passkit.cli import terminal
 if TYPE_CHECKING:
     from passkit.check import CheckResult
 
-__all__ = ["command", "verdict"]
+__all__ = ["command", "verdict", "EXIT_OK", "EXIT_MISMATCH", "EXIT_FELL_BACK"]
+
+EXIT_OK = 0
+EXIT_MISMATCH = 1
+EXIT_FELL_BACK = 3
 
 
 @click.command("run")
@@ -21,31 +30,33 @@ __all__ = ["command", "verdict"]
 @click.option("--dump", "dump_dir", metavar="DIR", default=None, help="Write each step's graph code into DIR.")
 @click.option("--json", "json_out", metavar="OUT", default=None, help="Write the result as JSON to OUT ('-': stdout).")
 @click.option("--report", metavar="FILE", default=None, help="Write an HTML report of the run to FILE.")
+@click.option("--rtol", type=click.FloatRange(min=0), default=None, help="Relative tolerance vs eager (default: [settings] rtol).")
+@click.option("--atol", type=click.FloatRange(min=0), default=None, help="Absolute tolerance vs eager (default: [settings] atol).")
 @click.pass_context
 def command(
-    ctx: click.Context, file: str, model: str | None, dump_dir: str | None, json_out: str | None, report: str | None
+    ctx: click.Context, file: str, model: str | None, dump_dir: str | None, json_out: str | None, report: str | None,
+    rtol: float | None, atol: float | None,
 ) -> None:
     """Compile a model with pipeline FILE, run one step and compare outputs and gradients with eager.
 
     FILE is a path or a shipped name: ``training`` (fastest; Inductor kernels, needs a C++
     compiler), ``training-python`` (no C++ compiler, quick to compile), ``debug``.
 
-    Exits 1 when the compiled results differ from eager.
+    Exit status: 0 ok; 1 results differ from eager; 2 bad input; 3 the compile fell back to eager.
     """
     from passkit.check import run_check
+    from passkit.cli.live import LiveTable
 
     pipeline: Any = file
     if report is not None:
         from passkit.api import load_pipeline
 
         pipeline = load_pipeline(file).with_settings(report=report)
-    result = run_check(pipeline, model=model, dump_dir=dump_dir, progress=terminal.progress)
-    # With JSON on stdout, stdout must hold only the JSON; the verdict moves to stderr.
+    # With JSON on stdout, stdout must hold only the JSON; the table and verdict move to stderr.
     json_on_stdout = json_out == "-"
-    if not json_on_stdout:
-        for report in result.reports:
-            terminal.out(report.table())
-            terminal.out()
+    tolerance = {key: value for key, value in (("rtol", rtol), ("atol", atol)) if value is not None}
+    progress = LiveTable(err=json_on_stdout, model=model or "the bundled transformer block")
+    result = run_check(pipeline, model=model, dump_dir=dump_dir, progress=progress, **tolerance)
     line = verdict(result)
     if json_on_stdout:
         terminal.note(line)
@@ -53,13 +64,22 @@ def command(
         terminal.out(line)
     if json_out is not None:
         terminal.write_json(result.to_json(), json_out)
+    if getattr(result, "fallbacks", None):
+        ctx.exit(EXIT_FELL_BACK)
     if not result.ok:
-        ctx.exit(1)
+        ctx.exit(EXIT_MISMATCH)
 
 
 def verdict(result: CheckResult) -> str:
     """Summarise the comparison with eager in one line."""
     mode = "training" if result.training else "inference"
+    fallbacks = getattr(result, "fallbacks", None) or []
+    if fallbacks:
+        more = f" (+{len(fallbacks) - 1} more)" if len(fallbacks) > 1 else ""
+        return (
+            f"FELL BACK TO EAGER: {result.pipeline} on {result.model} ({mode}): nothing was compiled, "
+            f"so eager was compared with itself; the compile failed: {fallbacks[0]}{more}"
+        )
     outcome = "ok" if result.ok else "MISMATCH"
     grads = "n/a" if result.grads_max_diff is None else _diff(result.grads_max_diff)
     line = (

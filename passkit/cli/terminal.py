@@ -9,12 +9,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import click
-
-if TYPE_CHECKING:
-    from passkit.report import StepRecord
 
 __all__ = [
     "DEBUG_ENV",
@@ -26,7 +23,6 @@ __all__ = [
     "usage_error",
     "table",
     "write_json",
-    "progress",
     "format_value",
 ]
 
@@ -90,19 +86,6 @@ def write_json(data: Any, destination: str | None = None) -> None:
         click.echo(text)
     else:
         Path(destination).write_text(text + "\n", encoding="utf-8")
-
-
-def progress(record: StepRecord) -> None:
-    """Report a finished step on stderr as the run goes."""
-    step = f"[{record.position + 1}] {record.id}"
-    if record.status == "skipped":
-        note(f"{step}: skipped ({record.reason})")
-        return
-    changed = "changed" if record.changed else "unchanged"
-    note(
-        f"{step}: {changed}, {record.seconds * 1000:.1f} ms, "
-        f"{record.nodes_before}\u2192{record.nodes_after} nodes"
-    )
 
 
 def format_value(value: Any) -> str:

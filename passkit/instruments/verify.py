@@ -4,7 +4,8 @@ With ``settings.verify`` set to ``"facts"`` or ``"numerics"``, every fact that h
 step (the established facts plus what the step produces, less what it invalidates) is checked
 with its registered checker (``passkit.facts.failed_checks``), plugin facts included, so a pass
 that silently breaks a fact is named at the step that broke it. With ``"numerics"`` and a
-reference, the program's outputs and gradients are also compared with the captured program's.
+reference, the program's outputs and gradients are also compared with the captured program's,
+within the settings' ``rtol``/``atol`` loosened by the declared tolerance of every pass run so far.
 Registered last of the instruments, it is the outermost of them: dumps of the offending step
 are written before verification fails.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Generator
 
 from passkit.errors import VerificationError
+from passkit.compare import tolerance_for
 from passkit.facts import failed_checks
 from passkit.hookspecs import hookimpl
 
@@ -38,6 +40,10 @@ def verify_step(context: StepContext) -> None:
     for fact, reason in failed_checks(program, context.facts_after(), context.known_facts):
         raise VerificationError(f"{context.label} broke fact '{fact}': {reason}")
     if context.pipeline.settings.verify == "numerics" and context.reference is not None:
-        difference = context.reference.compare(program)
+        ran = set(context.previous) | {context.step.id}
+        rtol, atol = tolerance_for(
+            context.pipeline.settings, (step.pass_ for step in context.pipeline.steps if step.id in ran)
+        )
+        difference = context.reference.compare(program, rtol=rtol, atol=atol)
         if difference is not None:
             raise VerificationError(f"{context.label} changed numerics: {difference}")

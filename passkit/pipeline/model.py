@@ -45,6 +45,12 @@ class Settings(pydantic.BaseModel):
     on_error: Literal["raise", "eager"] = "raise"
     repro_dir: str = "passkit-repro"  # a failing step writes a reproducer here; "" writes none
     report: str = ""  # an HTML report of the run is written to this file; "" writes none
+    # What ``verify = "numerics"`` and ``passkit run`` accept as equal to eager (``allclose``);
+    # a pass may declare a looser tolerance of its own (``graph_pass(..., tolerance=...)``).
+    rtol: float = pydantic.Field(default=1e-4, ge=0)
+    atol: float = pydantic.Field(default=1e-5, ge=0)
+    # The on-disk compile cache (``passkit.cache``); "off" neither reads nor writes entries.
+    cache: Literal["on", "off"] = "on"
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,11 @@ class Pipeline:
 
 def _explain_step(step: Step) -> dict[str, Any]:
     options = options_json(step.options)
+    described = {}
+    for key, value in options.items():
+        described[key] = {"value": value, "from": step.origin.get(key, "")}
+        if isinstance(value, list) and f"{key}[0]" in step.origin:  # edited with key.add / key.remove
+            described[key]["items_from"] = [step.origin.get(f"{key}[{i}]", "") for i in range(len(value))]
     return {
         "number": step.position + 1,  # 1-based, as in run tables, progress lines and dump names
         "position": step.position,
@@ -175,5 +186,5 @@ def _explain_step(step: Step) -> dict[str, Any]:
         "when": step.when,
         "enabled": step.enabled,
         "from": {key: step.origin[key] for key in ("pass", "when", "enabled")},
-        "options": {key: {"value": value, "from": step.origin.get(key, "")} for key, value in options.items()},
+        "options": described,
     }

@@ -1,8 +1,9 @@
 """Own how one pipeline file applies on top of what it extends, remembering who set what.
 
 A file applies in this order: ``[pipeline]`` name and description, ``[settings]`` (key by key),
-``[[steps]]`` (appended, or inserted with ``before``/``after``), ``[override.<id>]`` tables,
-then ``disable``. Each value that a file sets records that file as its origin. Errors are one
+``[[steps]]`` (appended, or inserted with ``before``/``after``), ``[override.<id>]`` tables
+(where a list option can be edited with ``key.add``/``key.remove``, see ``list_edits``), then
+``disable``. Each value that a file sets records that file as its origin. Errors are one
 line that starts with the file that holds the mistake.
 """
 
@@ -23,6 +24,7 @@ from passkit.pipeline.messages import (
     first_validation_error,
     toml_key,
 )
+from passkit.pipeline.list_edits import edit_list, is_list_edit, item_origin_key
 from passkit.pipeline.model import Pipeline, Settings, Step
 from passkit.pipeline.schema import (
     FIXED_STEP_KEYS,
@@ -59,6 +61,7 @@ class DraftStep:
     origin: dict[str, str]
     file: str
     index: int
+    item_origin: dict[str, list[str]] = field(default_factory=dict)  # list option -> each item's file
 
     @property
     def location(self) -> str:
@@ -313,6 +316,13 @@ def _apply_override(draft: Draft, step_id: str, table: Any, file: str, registry:
         if key in table:
             raise _fail(f"{where}.{key}: cannot be overridden; disable the step and add a new one")
     header, options = _split_header(OverrideHeader, OVERRIDE_KEYS, table, where)
+    current = dict(step.options)
+    for key, value in options.items():
+        if is_list_edit(value, current.get(key)):
+            origins = step.item_origin.get(key) or [step.origin.get(key, DEFAULT_ORIGIN)] * len(current[key])
+            options[key], step.item_origin[key] = edit_list(current[key], origins, value, f"{where}.{key}", file)
+        else:
+            step.item_origin.pop(key, None)
     merged = {**step.raw_options, **options}
     step.options = validate_options(step.pass_, merged, where, OVERRIDE_KEYS, registry)
     step.raw_options = merged
@@ -332,6 +342,8 @@ def finalize(draft: Draft, source: Path | None, settings_model: type[Settings]) 
         origin = dict(draft_step.origin)
         for key in dict(draft_step.options):
             origin.setdefault(key, DEFAULT_ORIGIN)
+        for key, items in draft_step.item_origin.items():
+            origin.update({item_origin_key(key, index): item for index, item in enumerate(items)})
         steps.append(
             Step(
                 position=position,

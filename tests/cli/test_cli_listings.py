@@ -85,3 +85,17 @@ def test_pipelines_lists_name_description_and_file(cli, registry, workdir) -> No
 def test_pipelines_says_when_there_are_none(cli, registry) -> None:
     result = cli.invoke(main, ["pipelines"])
     assert (result.exit_code, result.stdout) == (0, "no pipelines registered\n")
+
+
+def test_pipelines_shows_installed_files_relative_to_their_package(tmp_path, monkeypatch) -> None:
+    from passkit.cli.pipelines import short_path
+
+    package = tmp_path / "site" / "acme_pkg" / "pipelines"
+    package.mkdir(parents=True)
+    (package.parent / "__init__.py").write_text("")
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert short_path(package / "fast.toml") == "acme_pkg/pipelines/fast.toml"
+    assert short_path(elsewhere / "mine.toml") == "mine.toml"
+    assert short_path(tmp_path / "loose.toml") == str(tmp_path / "loose.toml")  # nothing shorter is true

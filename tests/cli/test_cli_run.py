@@ -29,6 +29,7 @@ class FakeCheckResult:
     ok: bool = True
     buffers_max_diff: float | None = None
     mismatches: list[str] = field(default_factory=list)
+    fallbacks: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "ok": self.ok, "reports": [r.to_json() for r in self.reports]}
@@ -41,6 +42,12 @@ RECORDS = [
 ]
 
 
+PLAN = types.SimpleNamespace(name="good", steps=[
+    types.SimpleNamespace(id="functionalize", pass_name="functionalize"),
+    types.SimpleNamespace(id="joint", pass_name="joint"),
+])
+
+
 class FakeCheck:
     """Stands in for ``passkit.check``: records its arguments, reports progress, returns a result."""
 
@@ -50,12 +57,15 @@ class FakeCheck:
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
     def run_check(self, pipeline: str, *, model: str | None = None, dump_dir: str | None = None,
-                  progress: Callable[[StepRecord], None] | None = None) -> FakeCheckResult:
-        self.calls.append((pipeline, {"model": model, "dump_dir": dump_dir}))
+                  progress: Callable[[StepRecord], None] | None = None, **tolerance: float) -> FakeCheckResult:
+        self.calls.append((pipeline, {"model": model, "dump_dir": dump_dir, **tolerance}))
         if self.error is not None:
             raise self.error
+        progress.begin(PLAN)
         for record in RECORDS:
             progress(record)
+        for report in self.result.reports:
+            progress.finished(report)
         return self.result
 
 
@@ -73,24 +83,22 @@ def fake_check(monkeypatch: pytest.MonkeyPatch) -> Callable[..., FakeCheck]:
 
 
 TABLE = (
-    "pipeline good\n"
-    "#  step           pass           changed    time  nodes  notes\n"
-    "-  -------------  -------------  -------  ------  -----  -----------------\n"
-    "1  functionalize  functionalize  yes      2.0 ms  10\u21929\n"
-    "2  joint          joint          skipped       -  -      inference program\n"
+    "pipeline good (graph 1)\n"
+    "    #  step           pass           changed        time  nodes      notes\n"
+    "-----  -------------  -------------  -------  ----------  ---------  -----\n"
+    "[1/2]  functionalize  functionalize  yes          2.0 ms  10\u21929\n"
+    "[2/2]  joint          joint          skipped           -  -          inference program\n"
     "1 of 2 steps ran, 1 changed the graphs, 3.0 ms in total\n"
 )
 
 
-def test_run_prints_progress_tables_and_verdict(cli, fake_check) -> None:
+def test_run_prints_one_numbered_row_per_step_as_it_goes_and_the_verdict(cli, fake_check) -> None:
     fake = fake_check()
     result = cli.invoke(main, ["run", "good.toml", "--model", "pkg.mod:make", "--dump", "out"])
     assert result.exit_code == 0
     assert fake.calls == [("good.toml", {"model": "pkg.mod:make", "dump_dir": "out"})]
-    assert result.stderr == (
-        "[1] functionalize: changed, 2.0 ms, 10\u21929 nodes\n"
-        "[2] joint: skipped (inference program)\n"
-    )
+    # Progress from the first second, on stderr; each step is printed once, as its table row.
+    assert result.stderr == "passkit run: compiling pkg.mod:make with good (2 steps) ...\n"
     assert result.stdout == TABLE + "\n" + (
         "ok: good on passkit.examples:block (training) vs eager: "
         "outputs max |diff| 1.2e-07, grads max |diff| 3.5e-07\n"
@@ -101,9 +109,10 @@ def test_run_exits_1_on_a_numeric_mismatch(cli, fake_check) -> None:
     fake_check(result=FakeCheckResult(ok=False, training=False, outputs_max_diff=0.03, grads_max_diff=None))
     result = cli.invoke(main, ["run", "good.toml"])
     assert result.exit_code == 1
-    assert result.stdout == (
+    # The rows streamed as the steps ran; the verdict is the last line.
+    assert result.stdout.splitlines()[-1] == (
         "MISMATCH: good on passkit.examples:block (inference) vs eager: "
-        "outputs max |diff| 3.0e-02, grads max |diff| n/a\n"
+        "outputs max |diff| 3.0e-02, grads max |diff| n/a"
     )
 
 
@@ -138,3 +147,32 @@ def test_run_json_to_stdout_prints_only_json_there(cli, fake_check) -> None:
     assert result.exit_code == 0
     assert json.loads(result.stdout)["pipeline"] == "good"
     assert result.stderr.splitlines()[-1].startswith("ok: good on passkit.examples:block (training)")
+
+
+def test_run_exits_3_and_says_so_when_the_compile_fell_back_to_eager(cli, fake_check) -> None:
+    fake_check(result=FakeCheckResult(outputs_max_diff=0.0, grads_max_diff=0.0,
+                                      fallbacks=["t.toml: steps[1] (fold) failed: RuntimeError: kaboom (after: functionalize)"]))
+    result = cli.invoke(main, ["run", "good.toml"])
+    assert result.exit_code == 3
+    assert result.stdout.splitlines()[-1] == (
+        "FELL BACK TO EAGER: good on passkit.examples:block (training): nothing was compiled, so eager was "
+        "compared with itself; the compile failed: t.toml: steps[1] (fold) failed: RuntimeError: kaboom "
+        "(after: functionalize)"
+    )
+
+
+def test_run_passes_rtol_and_atol_through(cli, fake_check) -> None:
+    fake = fake_check()
+    result = cli.invoke(main, ["run", "good.toml", "--rtol", "1e-3", "--atol", "0.01"])
+    assert result.exit_code == 0
+    assert fake.calls == [("good.toml", {"model": None, "dump_dir": None, "rtol": 1e-3, "atol": 0.01})]
+
+
+def test_run_rejects_a_negative_tolerance_with_exit_2(cli, fake_check) -> None:
+    fake = fake_check()
+    result = cli.invoke(main, ["run", "good.toml", "--atol", "-1"])
+    assert result.exit_code == 2
+    assert fake.calls == []
+    assert result.stderr == (
+        "passkit run: Invalid value for '--atol': -1.0 is not in the range x>=0 (see 'passkit run --help')\n"
+    )

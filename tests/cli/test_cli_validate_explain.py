@@ -72,6 +72,9 @@ def test_explain_shows_where_each_value_came_from(cli, registry, workdir, good_t
         'on_error   "raise"          <default>\n'
         'repro_dir  "passkit-repro"  <default>\n'
         'report     ""               <default>\n'
+        "rtol       0.0001           <default>\n"
+        "atol       1e-05            <default>\n"
+        'cache      "on"             <default>\n'
         "\n"
         "steps:\n"
         "#  step          set by\n"
@@ -130,3 +133,24 @@ def test_explain_shows_long_lists_one_item_per_row() -> None:
     assert lines[start + 1].strip() == '"aten.native_layer_norm.default",'
     steps_table = lines[lines.index("steps:") :]
     assert max(len(line) for line in steps_table) < 100
+
+
+def test_explain_shows_which_file_added_each_item_of_an_edited_list(cli, registry, workdir, good_toml) -> None:
+    (workdir / "good.toml").write_text(good_toml.replace("limit = 7", 'limit = 7\nkeep = ["aten.gelu", "aten.mm"]'))
+    (workdir / "child.toml").write_text(
+        '[pipeline]\nextends = "good.toml"\n[override."t.fold"]\nkeep.add = ["aten.silu"]\nkeep.remove = ["aten.mm"]\n'
+    )
+    result = cli.invoke(main, ["explain", "child.toml"])
+    assert result.exit_code == 0, result.output
+    fold = result.stdout.split("steps:\n")[1].splitlines()[3:8]
+    assert fold == [
+        "2  t.fold            good.toml",
+        "     limit = 7       good.toml",
+        "     keep = [        child.toml",
+        '       "aten.gelu",  good.toml',
+        '       "aten.silu",  child.toml',
+    ]
+    plan = json.loads(cli.invoke(main, ["explain", "--json", "child.toml"]).stdout)
+    assert plan["steps"][1]["options"]["keep"] == {
+        "value": ["aten.gelu", "aten.silu"], "from": "child.toml", "items_from": ["good.toml", "child.toml"],
+    }

@@ -50,6 +50,12 @@ def fake_functional(program: Program) -> bool:
     return False
 
 
+@graph_pass("test.approximate", tolerance=(1e-2, 1e-6))
+def approximate(program: Program) -> bool:
+    """An approximation by design that declares how far it may drift."""
+    return False
+
+
 @graph_pass("test.boom")
 def boom(program: Program) -> bool:
     """Fail."""
@@ -59,7 +65,7 @@ def boom(program: Program) -> bool:
 class PassesForTests:
     @hookimpl
     def passkit_register_passes(self) -> list:
-        return [noop, add_dead, mutate, fake_functional, boom]
+        return [noop, add_dead, mutate, fake_functional, approximate, boom]
 
 
 @pytest.fixture

@@ -44,9 +44,11 @@ class Reference:
     def __init__(self, answers: list[str | None]) -> None:
         self.answers = answers
         self.calls = 0
+        self.tolerances: list[tuple[float, float]] = []
 
-    def compare(self, program) -> str | None:
+    def compare(self, program, *, rtol: float, atol: float) -> str | None:
         self.calls += 1
+        self.tolerances.append((rtol, atol))
         return self.answers.pop(0)
 
 
@@ -80,3 +82,11 @@ def test_numerics_verification_leaves_the_callers_random_state_alone() -> None:
     compiled = passkit.aot_function(lambda x: x.sin() * 2, pipeline="training-python", verify="numerics")
     compiled(x).sum().backward()
     assert torch.equal(torch.rand(3), expected_next)
+
+
+def test_numerics_uses_the_settings_tolerance_loosened_by_passes_that_ran(kit, program_factory) -> None:
+    reference = Reference([None, None])
+    pipeline = kit.pipeline("test.noop", "test.approximate", verify="numerics", rtol=1e-3, atol=1e-7)
+    kit.run(pipeline, program_factory(), reference=reference)
+    # Step 1 ran only test.noop; step 2 adds test.approximate's declared (1e-2, 1e-6).
+    assert reference.tolerances == [(1e-3, 1e-7), (1e-2, 1e-6)]

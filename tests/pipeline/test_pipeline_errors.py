@@ -42,7 +42,7 @@ CASES = {
     ),
     "unknown key in settings, nothing close": (
         "[settings]\ncolour = 'red'\n",
-        "x.toml: settings.colour: unknown key; settings are verify, dump, dump_dir, on_error, repro_dir, report",
+        "x.toml: settings.colour: unknown key; settings are verify, dump, dump_dir, on_error, repro_dir, report, rtol, atol, cache",
     ),
     "bad settings value": (
         "[settings]\nverify = 'on'\n",

@@ -169,6 +169,9 @@ def test_settings_merge_key_by_key_with_origins(write, registry):
         "on_error": "raise",
         "repro_dir": "passkit-repro",
         "report": "",
+        "rtol": 1e-4,
+        "atol": 1e-5,
+        "cache": "on",
     }
     assert pipeline.settings_origin == {
         "verify": "base.toml",
@@ -177,6 +180,9 @@ def test_settings_merge_key_by_key_with_origins(write, registry):
         "on_error": "<default>",
         "repro_dir": "<default>",
         "report": "<default>",
+        "rtol": "<default>",
+        "atol": "<default>",
+        "cache": "<default>",
     }
 
 
@@ -244,6 +250,9 @@ def test_explain_shows_every_value_and_the_file_that_set_it(write, registry):
             "on_error": {"value": "raise", "from": "<default>"},
             "repro_dir": {"value": "passkit-repro", "from": "<default>"},
             "report": {"value": "", "from": "<default>"},
+            "rtol": {"value": 1e-4, "from": "<default>"},
+            "atol": {"value": 1e-5, "from": "<default>"},
+            "cache": {"value": "on", "from": "<default>"},
         },
         "steps": [
             {
@@ -315,3 +324,58 @@ def test_fingerprint_follows_the_plan_not_the_settings(base, write, registry):
     assert plain.with_settings(dump="all").fingerprint() == plain.fingerprint()
     write("over.toml", "[pipeline]\nextends = 'base.toml'\n[override.decompose]\nkeep = ['aten.gelu.default']\n")
     assert load_pipeline("over.toml", registry=registry).fingerprint() != plain.fingerprint()
+
+
+def _list_base(write) -> None:
+    write(
+        "base.toml",
+        "[[steps]]\npass = 'functionalize'\n[[steps]]\npass = 'decompose'\ntables = ['core_aten']\n"
+        "keep = ['aten.gelu.default', 'aten.mm.default']\n[[steps]]\npass = 'codegen.python'\n",
+    )
+
+
+def test_an_overlay_adds_to_and_removes_from_an_inherited_list(write, registry):
+    _list_base(write)
+    write(
+        "over.toml",
+        "[pipeline]\nextends = 'base.toml'\n[override.decompose]\n"
+        "keep.add = ['aten.silu.default', 'aten.gelu.default']\nkeep.remove = ['aten.mm.default']\n",
+    )
+    decompose = load_pipeline("over.toml", registry=registry).step("decompose")
+    # Removes apply first; an item already present stays where it was.
+    assert decompose.options.keep == ["aten.gelu.default", "aten.silu.default"]
+    assert decompose.origin["keep"] == "over.toml"
+    assert (decompose.origin["keep[0]"], decompose.origin["keep[1]"]) == ("base.toml", "over.toml")
+
+
+def test_list_edits_chain_through_several_overlays(write, registry):
+    _list_base(write)
+    write("mid.toml", "[pipeline]\nextends = 'base.toml'\n[override.decompose]\nkeep.add = ['aten.silu.default']\n")
+    write("top.toml", "[pipeline]\nextends = 'mid.toml'\n[override.decompose]\nkeep.add = ['aten.tanh.default']\n")
+    decompose = load_pipeline("top.toml", registry=registry).step("decompose")
+    assert decompose.options.keep == ["aten.gelu.default", "aten.mm.default", "aten.silu.default", "aten.tanh.default"]
+    assert [decompose.origin[f"keep[{i}]"] for i in range(4)] == ["base.toml", "base.toml", "mid.toml", "top.toml"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            "keep.remove = ['aten.mn.default']",
+            "over.toml: override.decompose.keep.remove[0]: 'aten.mn.default' is not in the list; "
+            "did you mean 'aten.mm.default'?",
+        ),
+        (
+            "keep.adds = ['aten.silu.default']",
+            "over.toml: override.decompose.keep.adds: unknown list edit; did you mean 'add'?",
+        ),
+        ("keep.add = 'aten.silu.default'", "over.toml: override.decompose.keep.add: expected a list of items"),
+        ("keep.add = [3]", "over.toml: override.decompose.keep[2]: Input should be a valid string"),
+    ],
+)
+def test_bad_list_edits_are_one_line_errors(write, registry, edit, message):
+    _list_base(write)
+    write("over.toml", f"[pipeline]\nextends = 'base.toml'\n[override.decompose]\n{edit}\n")
+    with pytest.raises(PipelineError) as caught:
+        load_pipeline("over.toml", registry=registry)
+    assert str(caught.value) == message

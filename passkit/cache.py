@@ -1,0 +1,430 @@
+"""Own the on-disk compile cache: the key, the entry format, atomic writes and corruption checks.
+
+A fresh process compiling the same program with the same pipeline loads the compiled graphs
+instead of running the steps. The key (``cache_key``) covers everything that decides the result:
+
+- the resolved pipeline (``Pipeline.fingerprint``: every step, its options, ``when``/``enabled``
+  and each pass's fingerprint, which hashes its module's source file and its distribution's
+  version, so editing a plugin invalidates its entries);
+- the registered plugins (a ``passkit_should_run_step`` plugin changes which steps run);
+- the captured graphs' code, the values of constants they hold, the input metadata (shape,
+  stride, dtype, device, ``requires_grad``; symbolic sizes by name) and the signature;
+- the torch, Python and passkit versions, and the device.
+
+An entry is one file ``<key>.entry`` under ``cache_dir()`` (``PASSKIT_CACHE_DIR``, else the
+user cache directory): a magic line, the sha256 and length of the payload, then the pickled
+payload (final graphs, signature, facts, compiled callables, report). It is written to a
+temporary file in the same folder and renamed over the target (``os.replace``), so readers
+never see half an entry and concurrent writers of one key both succeed. An entry that fails
+its checks (truncated, corrupted, unloadable) is deleted with one warning line and the program
+is compiled again.
+
+Compiled callables are stored as follows (the hook point for code generators):
+
+- a ``GraphModule``'s bound ``forward`` (what ``codegen.python`` produces) is stored as the
+  pickled ``GraphModule``, which reloads from its generated code, but only when every function
+  its graphs call is found again by its module and name (ATen ops, torch functions,
+  ``operator``): a closure or a kernel object would not survive that round trip, and a program
+  that reloads different code is worse than one that compiles again;
+- any other callable is stored if it has a ``passkit_cache_payload()`` method returning
+  ``(loader, data)``: ``loader`` is a ``"module:function"`` string and ``data`` picklable;
+  loading calls ``function(data)`` to get the callable back. A codegen pass (for example
+  ``codegen.inductor``) wraps its compiled artifact in such an object. A method returning
+  ``None`` opts out for that program, and so does a callable with neither form: the program
+  then compiles every time (``cache_info`` still works).
+
+Entries are only read when the run does not watch its steps (``verify`` and ``dump`` off), since
+a hit runs no step; they are written whenever ``cache = "on"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib
+import inspect
+import json
+import logging
+import os
+import pickle
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+import torch
+from torch.fx import GraphModule
+
+if TYPE_CHECKING:
+    from passkit.pipeline import Pipeline
+    from passkit.program import Program
+    from passkit.report import Report
+
+__all__ = [
+    "CACHE_ENV",
+    "cache_dir",
+    "cache_key",
+    "cache_enabled",
+    "CompileCache",
+    "CacheInfo",
+    "cache_info",
+    "clear_cache",
+]
+
+CACHE_ENV = "PASSKIT_CACHE_DIR"
+FORMAT = 1
+MAGIC = b"passkit-cache-entry v1\n"
+SUFFIX = ".entry"
+TEMP_SUFFIX = ".tmp"
+STALE_TEMP_SECONDS = 3600.0  # a temp file this old belongs to a writer that died
+
+log = logging.getLogger("passkit.cache")
+
+
+class CorruptEntry(Exception):
+    """An entry on disk that fails its checks; the message says which one."""
+
+
+def cache_dir() -> Path:
+    """``PASSKIT_CACHE_DIR``, else ``<user cache dir>/passkit`` (XDG, macOS or Windows rules)."""
+    configured = os.environ.get(CACHE_ENV, "").strip()
+    if configured:
+        return Path(configured).expanduser()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "passkit"
+
+
+def cache_enabled(pipeline: Pipeline) -> bool:
+    """Whether the pipeline's settings let the cache be written (``cache = "on"``)."""
+    return getattr(pipeline.settings, "cache", "off") == "on"
+
+
+def _readable(pipeline: Pipeline) -> bool:
+    settings = pipeline.settings
+    return cache_enabled(pipeline) and settings.verify == "off" and settings.dump == "off"
+
+
+# ---------------------------------------------------------------------------------------------
+# The key
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("torch", "passkit"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "unknown"
+    return {**found, "python": platform.python_version()}
+
+
+def _tensor_meta(value: Any) -> Any:
+    if not isinstance(value, torch.Tensor):
+        return ["value", type(value).__name__, repr(value)]
+    return [
+        [str(size) for size in value.shape],
+        [str(stride) for stride in value.stride()],
+        str(value.dtype),
+        str(value.device),
+        bool(value.requires_grad),
+    ]
+
+
+def _device(program: Program) -> list[str]:
+    """The devices of the inputs, with the GPU model and capability for CUDA devices."""
+    devices = sorted({str(x.device) for x in program.example_inputs if isinstance(x, torch.Tensor)})
+    described = []
+    for name in devices:
+        device = torch.device(name)
+        if device.type == "cuda" and torch.cuda.is_available():
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            name += f" {torch.cuda.get_device_name(index)} sm{''.join(map(str, torch.cuda.get_device_capability(index)))}"
+        described.append(name)
+    return described
+
+
+def _tensor_digest(value: torch.Tensor) -> str:
+    data = value.detach().cpu().contiguous()
+    return hashlib.sha256(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"").hexdigest()
+
+
+def _graphs_digest(program: Program) -> str:
+    """Every graph's code (nested graph modules too) and the values of the tensors they hold."""
+    digest = hashlib.sha256()
+    for name in sorted(program.graphs):
+        gm = program.graphs[name]
+        for path, module in gm.named_modules():
+            digest.update(f"{name}/{path}\0".encode())
+            if isinstance(module, GraphModule):
+                digest.update(module.code.encode())
+        for key, value in sorted({**dict(gm.named_parameters()), **dict(gm.named_buffers())}.items()):
+            digest.update(f"{key}={_tensor_digest(value)}".encode())
+        for key, value in sorted(vars(gm).items()):
+            if isinstance(value, torch.Tensor):
+                digest.update(f"{key}={_tensor_digest(value)}".encode())
+    return digest.hexdigest()
+
+
+def cache_key(pipeline: Pipeline, program: Program, *, plugins: Iterable[str] = ()) -> str:
+    """The hex key of ``program`` (as captured, before any step) compiled with ``pipeline``."""
+    parts = {
+        "format": FORMAT,
+        "pipeline": pipeline.fingerprint(),
+        "plugins": sorted(plugins),
+        "graphs": _graphs_digest(program),
+        "inputs": [_tensor_meta(x) for x in program.example_inputs],
+        "signature": repr(program.signature),
+        "training": program.training,
+        "facts": sorted(program.facts),
+        "versions": _versions(),
+        "device": _device(program),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Entries on disk
+
+
+def _encode(payload: bytes) -> bytes:
+    return MAGIC + hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "little") + payload
+
+
+def _decode(blob: bytes) -> bytes:
+    header = len(MAGIC) + 32 + 8
+    if not blob.startswith(MAGIC):
+        raise CorruptEntry("not a passkit cache entry")
+    if len(blob) < header:
+        raise CorruptEntry("truncated")
+    digest, length = blob[len(MAGIC) : len(MAGIC) + 32], int.from_bytes(blob[header - 8 : header], "little")
+    payload = blob[header:]
+    if len(payload) != length:
+        raise CorruptEntry(f"truncated ({len(payload)} of {length} bytes)")
+    if hashlib.sha256(payload).digest() != digest:
+        raise CorruptEntry("checksum mismatch")
+    return payload
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem[:16]}.", suffix=TEMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
+def _resolves_by_name(target: Any) -> bool:
+    """Whether importing ``target``'s module and looking up its name gives ``target`` back."""
+    module = getattr(target, "__module__", None)
+    if not isinstance(module, str):
+        return False
+    names = [n for n in (getattr(target, "__qualname__", None), getattr(target, "__name__", None)) if isinstance(n, str)]
+    if module.startswith("torch._ops."):  # an ATen operator: torch.ops.<namespace>.<op>[.<overload>]
+        root: Any = getattr(torch.ops, module.split(".", 2)[2], None)
+        names = names[1:]
+    else:
+        try:
+            root = importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - not importable means not storable
+            return False
+    for name in names:
+        found = root
+        try:
+            for part in name.split("."):
+                found = getattr(found, part)
+        except AttributeError:
+            continue
+        if found is target:
+            return True
+    return False
+
+
+def _reloads_faithfully(gm: GraphModule) -> bool:
+    """Whether ``gm`` (and every submodule) is plain FX code over callables found by name."""
+    for module in gm.modules():
+        if not isinstance(module, GraphModule):
+            return False
+        for node in module.graph.nodes:
+            if node.op == "call_function" and not _resolves_by_name(node.target):
+                return False
+    return True
+
+
+def _store_callable(fn: Callable[..., Any]) -> tuple[str, Any] | None:
+    owner = getattr(fn, "__self__", None)
+    if inspect.ismethod(fn) and isinstance(owner, GraphModule) and fn.__name__ == "forward":
+        return ("graph_module", owner) if _reloads_faithfully(owner) else None
+    payload = getattr(fn, "passkit_cache_payload", None)
+    if callable(payload):
+        described = payload()
+        if described is not None:
+            loader, data = described
+            return ("loader", (str(loader), data))
+    return None
+
+
+def _load_callable(stored: tuple[str, Any]) -> Callable[..., Any]:
+    kind, data = stored
+    if kind == "graph_module":
+        return data.forward
+    if kind == "loader":
+        loader, payload = data
+        module_name, _, attr = loader.partition(":")
+        return getattr(importlib.import_module(module_name), attr)(payload)
+    raise CorruptEntry(f"unknown callable kind {kind!r}")
+
+
+@dataclass
+class CompileCache:
+    """The cache as one compile sees it: its folder, key and whether it may read."""
+
+    directory: Path
+    key: str
+    readable: bool
+
+    @classmethod
+    def for_compile(cls, pipeline: Pipeline, program: Program, *, plugins: Iterable[str] = ()) -> CompileCache | None:
+        """The cache for compiling ``program`` with ``pipeline``, or None with ``cache = "off"``."""
+        if not cache_enabled(pipeline):
+            return None
+        try:
+            key = cache_key(pipeline, program, plugins=plugins)
+        except Exception as exc:  # noqa: BLE001 - a program we cannot key compiles uncached
+            log.info("passkit: not caching: cannot compute the key (%s)", type(exc).__name__)
+            return None
+        return cls(cache_dir(), key, _readable(pipeline))
+
+    @property
+    def path(self) -> Path:
+        return self.directory / f"{self.key}{SUFFIX}"
+
+    def load(self, program: Program) -> Report | None:
+        """Fill ``program`` in place from the entry and return its report marked as a hit;
+        None when there is no entry (or it was corrupt, and is now deleted)."""
+        if not self.readable:
+            return None
+        try:
+            blob = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.warning("passkit: cannot read cache entry %s (%s); compiling", self.path, exc)
+            return None
+        try:
+            entry = pickle.loads(_decode(blob))
+            if not isinstance(entry, dict) or entry.get("key") != self.key:
+                raise CorruptEntry("the entry's key does not match its file name")
+            compiled = {name: _load_callable(stored) for name, stored in entry["compiled"].items()}
+        except Exception as exc:  # noqa: BLE001 - any failure to load means a bad entry
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            log.warning("passkit: cache entry %s is corrupt (%s); deleted it, compiling again", self.path.name, reason)
+            return None
+        program.graphs = entry["graphs"]
+        program.signature = entry["signature"]
+        program.facts = set(entry["facts"])
+        program.compiled = compiled
+        report: Report = entry["report"]
+        report.cache = "hit"
+        return report
+
+    def store(self, program: Program, report: Report) -> bool:
+        """Write the compiled program and its report; False when a callable cannot be stored."""
+        stored = {}
+        for name, fn in program.compiled.items():
+            found = _store_callable(fn)
+            if found is None:
+                log.info("passkit: not caching: graph %r's compiled callable has no cache form", name)
+                return False
+            stored[name] = found
+        entry = {
+            "format": FORMAT,
+            "key": self.key,
+            "graphs": dict(program.graphs),
+            "signature": program.signature,
+            "facts": sorted(program.facts),
+            "compiled": stored,
+            "report": dataclasses.replace(report, cache=""),
+        }
+        try:
+            payload = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - an unpicklable graph attribute: skip, never fail
+            log.info("passkit: not caching: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            return False
+        try:
+            write_atomically(self.path, _encode(payload))
+            _remove_stale_temps(self.directory)
+        except OSError as exc:
+            log.warning("passkit: cannot write cache entry %s (%s)", self.path, exc)
+            return False
+        return True
+
+
+def _remove_stale_temps(directory: Path) -> None:
+    now = time.time()
+    for temp in directory.glob(f"*{TEMP_SUFFIX}"):
+        with contextlib.suppress(OSError):
+            if now - temp.stat().st_mtime > STALE_TEMP_SECONDS:
+                temp.unlink()
+
+
+# ---------------------------------------------------------------------------------------------
+# Inspection and cleanup (``passkit cache info`` / ``passkit cache clear``)
+
+
+@dataclass
+class CacheInfo:
+    """What the cache folder holds."""
+
+    directory: str
+    entries: int
+    bytes: int
+    incomplete: int  # temporary files of writers that have not finished (or died)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def cache_info(directory: Path | None = None) -> CacheInfo:
+    """Count the entries and their size under ``directory`` (default ``cache_dir()``)."""
+    folder = directory or cache_dir()
+    entries = list(folder.glob(f"*{SUFFIX}")) if folder.is_dir() else []
+    temps = list(folder.glob(f"*{TEMP_SUFFIX}")) if folder.is_dir() else []
+    size = 0
+    for path in entries:
+        with contextlib.suppress(OSError):
+            size += path.stat().st_size
+    return CacheInfo(directory=str(folder), entries=len(entries), bytes=size, incomplete=len(temps))
+
+
+def clear_cache(directory: Path | None = None) -> int:
+    """Delete every entry and temporary file; return how many files were removed."""
+    folder = directory or cache_dir()
+    if not folder.is_dir():
+        return 0
+    removed = 0
+    for path in [*folder.glob(f"*{SUFFIX}"), *folder.glob(f"*{TEMP_SUFFIX}")]:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed += 1
+    return removed

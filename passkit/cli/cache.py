@@ -1,0 +1,40 @@
+"""Own ``passkit cache``: what the on-disk compile cache holds (``info``) and emptying it (``clear``)."""
+
+from __future__ import annotations
+
+import click
+
+from passkit.cli import terminal
+
+__all__ = ["command"]
+
+
+@click.group("cache")
+def command() -> None:
+    """Inspect or empty the compile cache (PASSKIT_CACHE_DIR, else the user cache directory)."""
+
+
+@command.command("info")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def info(as_json: bool) -> None:
+    """Show the cache folder, its number of entries and their size."""
+    from passkit.cache import cache_info
+    from passkit.report import format_bytes
+
+    found = cache_info()
+    if as_json:
+        terminal.write_json(found.to_json())
+        return
+    terminal.out(f"directory: {found.directory}")
+    terminal.out(f"entries: {found.entries} ({format_bytes(found.bytes)})")
+    if found.incomplete:
+        terminal.out(f"incomplete writes: {found.incomplete} (left by interrupted compiles; 'passkit cache clear' removes them)")
+
+
+@command.command("clear")
+def clear() -> None:
+    """Delete every entry of the compile cache."""
+    from passkit.cache import cache_dir, clear_cache
+
+    removed = clear_cache()
+    terminal.out(f"removed {removed} file{'s' if removed != 1 else ''} from {cache_dir()}")

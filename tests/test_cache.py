@@ -1,0 +1,264 @@
+"""The on-disk compile cache: hits across processes, concurrent writers, killed writers, corrupt
+entries, what the key covers, and ``passkit cache``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import passkit
+from passkit.cache import CACHE_ENV, cache_info, write_atomically
+from passkit.cli import main
+
+from cache_child import compile_and_report
+
+CHILD = Path(__file__).with_name("cache_child.py")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _child_env(cache: Path, **extra: str) -> dict[str, str]:
+    env = {**os.environ, CACHE_ENV: str(cache), **extra}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    return env
+
+
+def _run_child(cache: Path, *args: str) -> dict:
+    done = subprocess.run([sys.executable, str(CHILD), *args], env=_child_env(cache), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _entries(cache: Path) -> list[Path]:
+    return sorted(cache.glob("*.entry"))
+
+
+def test_a_second_process_loads_the_compiled_program_and_computes_the_same(tmp_path: Path) -> None:
+    cold = _run_child(tmp_path)
+    warm = _run_child(tmp_path)
+    assert (cold["cache"], warm["cache"]) == ("", "hit")
+    steps = len(passkit.load_pipeline("training-python").steps)
+    assert cold["passes_run"] == steps and warm["passes_run"] == 0  # the hit ran no pass at all
+    assert (warm["out"], warm["grads"]) == (cold["out"], cold["grads"])
+    assert len(_entries(tmp_path)) == 1
+
+
+@pytest.mark.slow
+def test_concurrent_processes_compiling_one_model_all_succeed(tmp_path: Path, monkeypatch) -> None:
+    children = [
+        subprocess.Popen([sys.executable, str(CHILD)], env=_child_env(tmp_path), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    results = []
+    for child in children:
+        out, err = child.communicate(timeout=600)
+        assert child.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert len({json.dumps([r["out"], r["grads"]]) for r in results}) == 1
+    assert len(_entries(tmp_path)) == 1 and cache_info(tmp_path).incomplete == 0
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    assert compile_and_report()["cache"] == "hit"  # what the racing writers left is a valid entry
+
+
+def test_threads_compiling_one_function_share_the_cache_and_agree() -> None:
+    results: dict[int, tuple] = {}
+    errors: list[str] = []
+
+    def work(index: int) -> None:
+        try:
+            seeded = torch.Generator().manual_seed(0)  # torch's global RNG is shared by the threads
+            x, w = torch.randn(4, 3, generator=seeded), torch.randn(3, 5, generator=seeded).requires_grad_()
+            compiled = passkit.aot_function(fn, pipeline="training-python")
+            out = compiled(x, w)
+            out.sum().backward()
+            results[index] = (compiled.passkit_reports[0].cache, out.detach(), w.grad)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(cache for cache, _, _ in results.values()) == ["", "hit", "hit"]  # tracing takes turns
+    first = results[0]
+    for _, out, grad in results.values():
+        torch.testing.assert_close((out, grad), first[1:], rtol=0, atol=0)
+    assert len(_entries(Path(os.environ[CACHE_ENV]))) == 1
+
+
+def test_concurrent_threads_writing_one_entry_leave_one_whole_file(tmp_path: Path) -> None:
+    target = tmp_path / "k.entry"
+    payloads = [bytes([i]) * 2_000_000 for i in range(8)]
+    threads = [threading.Thread(target=write_atomically, args=(target, p)) for p in payloads]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert target.read_bytes() in payloads
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.entry"]
+
+
+def test_a_writer_killed_mid_write_leaves_no_entry_and_the_next_compile_works(tmp_path: Path, monkeypatch) -> None:
+    child = subprocess.Popen([sys.executable, str(CHILD), "--hang-in-write"], env=_child_env(tmp_path),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "writing"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+    assert _entries(tmp_path) == []
+    assert cache_info(tmp_path).incomplete == 1  # the temporary file, never renamed into place
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    cold = compile_and_report()
+    assert cold["cache"] == "" and cold["passes_run"] > 0 and len(_entries(tmp_path)) == 1
+    assert compile_and_report()["cache"] == "hit"
+
+
+def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.gelu(x @ w).sum(-1)
+
+
+def _compile_and_run(**settings: object) -> tuple[object, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    x, w = torch.randn(4, 3), torch.randn(3, 5, requires_grad=True)
+    compiled = passkit.aot_function(fn, pipeline="training-python", **settings)
+    out = compiled(x, w)
+    out.sum().backward()
+    return compiled, out.detach(), w.grad
+
+
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        (lambda data: data[: len(data) // 2], "truncated ("),
+        (lambda data: data[:-1] + bytes([data[-1] ^ 0xFF]), "checksum mismatch"),
+        (lambda data: b"", "not a passkit cache entry"),
+    ],
+)
+def test_a_damaged_entry_is_deleted_with_one_warning_and_recompiled(damage, why, caplog) -> None:
+    first, out, grad = _compile_and_run()
+    (entry,) = _entries(Path(os.environ[CACHE_ENV]))
+    entry.write_bytes(damage(entry.read_bytes()))
+    with caplog.at_level(logging.WARNING, logger="passkit.cache"):
+        second, out2, grad2 = _compile_and_run()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+    assert warnings[0].startswith(f"passkit: cache entry {entry.name} is corrupt ({why}")
+    assert warnings[0].endswith("); deleted it, compiling again")
+    assert second.passkit_reports[0].cache == ""
+    torch.testing.assert_close((out2, grad2), (out, grad), rtol=0, atol=0)
+    assert _compile_and_run()[0].passkit_reports[0].cache == "hit"  # rewritten whole
+
+
+def test_an_in_process_hit_matches_exactly_and_is_marked_in_the_report() -> None:
+    first, out, grad = _compile_and_run()
+    second, out2, grad2 = _compile_and_run()
+    assert (first.passkit_reports[0].cache, second.passkit_reports[0].cache) == ("", "hit")
+    torch.testing.assert_close((out2, grad2), (out, grad), rtol=0, atol=0)
+    table = second.passkit_reports[0].table()
+    assert table.splitlines()[0] == "pipeline training-python (graph 1, training, cache hit)"
+    assert table.endswith("; loaded from the compile cache")
+
+
+def test_cache_off_writes_nothing_and_watching_settings_never_read() -> None:
+    _compile_and_run(cache="off")
+    assert _entries(Path(os.environ[CACHE_ENV])) == []
+    _compile_and_run()
+    # verify and dump watch the steps run, so they bypass what is stored.
+    assert _compile_and_run(verify="facts")[0].passkit_reports[0].cache == ""
+
+
+def test_an_option_change_or_a_plugin_edit_changes_the_key(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    source = tmp_path / "acme_cache_plugin.py"
+    source.write_text(
+        "import passkit\n\n@passkit.graph_pass('acme.noop')\ndef noop(program) -> bool:\n    return False\n"
+    )
+    import acme_cache_plugin
+
+    try:
+        before = acme_cache_plugin.noop.fingerprint()
+        source.write_text(source.read_text() + "\n# a helper changed below\n")
+        assert acme_cache_plugin.noop.fingerprint() != before
+    finally:
+        sys.modules.pop("acme_cache_plugin", None)
+    pipeline = passkit.load_pipeline("training-python")
+    fast = pipeline.fingerprint()
+    (tmp_path / "slow.toml").write_text(
+        "[pipeline]\nextends = 'training-python'\n[override.'codegen.python']\nfast_calls = false\n"
+    )
+    assert passkit.load_pipeline(str(tmp_path / "slow.toml")).fingerprint() != fast
+
+
+def test_cache_info_and_clear(tmp_path: Path) -> None:
+    _compile_and_run()
+    folder = os.environ[CACHE_ENV]
+    (Path(folder) / ".abc.tmp").write_bytes(b"half")
+    runner = CliRunner()
+    info = runner.invoke(main, ["cache", "info", "--json"])
+    assert info.exit_code == 0
+    data = json.loads(info.stdout)
+    assert (data["directory"], data["entries"], data["incomplete"]) == (folder, 1, 1) and data["bytes"] > 0
+    text = runner.invoke(main, ["cache", "info"]).stdout.splitlines()
+    assert text[0] == f"directory: {folder}" and text[1].startswith("entries: 1 (")
+    cleared = runner.invoke(main, ["cache", "clear"])
+    assert cleared.stdout == f"removed 2 files from {folder}\n"
+    assert cache_info(Path(folder)).entries == 0
+
+
+def test_compiled_code_that_calls_a_closure_is_not_stored(register_passkit_plugin) -> None:
+    """A graph module calling a function that pickling cannot find again by name (a kernel
+    closure, say) compiles every time rather than reloading something else."""
+    from torch.fx import symbolic_trace
+
+    from passkit.hookspecs import hookimpl
+    from passkit.pass_api import graph_pass
+
+    def make_kernel():
+        def kernel(x):
+            return x.sin() * 2
+
+        return kernel
+
+    @graph_pass("test.codegen_closure", produces={"compiled"})
+    def codegen_closure(program) -> bool:
+        """Compile every graph to a module that calls a closure."""
+        for name in program.graphs:
+            gm = symbolic_trace(lambda x: x)
+            node = next(n for n in gm.graph.nodes if n.op == "output")
+            with gm.graph.inserting_before(node):
+                call = gm.graph.call_function(make_kernel(), (node.args[0],))
+            node.args = ((call,),)  # graphs return a tuple of outputs
+            gm.recompile()
+            program.compiled[name] = gm.forward
+        return False
+
+    class Plugin:
+        @hookimpl
+        def passkit_register_passes(self):
+            return [codegen_closure]
+
+    register_passkit_plugin(Plugin(), name="test-closure-codegen")
+    folder = Path(os.environ[CACHE_ENV])
+    pipeline = folder.parent / "closure.toml"
+    pipeline.write_text('[[steps]]\npass = "functionalize"\n[[steps]]\npass = "test.codegen_closure"\n')
+    for _ in range(2):
+        compiled = passkit.aot_function(lambda x: x.sin() * 2, pipeline=str(pipeline))
+        with torch.no_grad():
+            x = torch.randn(3)
+            torch.testing.assert_close(compiled(x), x.sin() * 2)
+        assert compiled.passkit_reports[0].cache == ""
+    assert _entries(folder) == []
