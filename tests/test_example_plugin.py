@@ -46,7 +46,7 @@ def test_pipelines_lists_the_plugin_pipeline() -> None:
     assert result.exit_code == 0, result.stderr
     rows = {row["name"]: row for row in json.loads(result.stdout)}
     row = rows["training-gelu-tanh"]
-    assert row["description"] == "The training pipeline with GELU rewritten to its tanh approximation"
+    assert row["description"] == "The training-python pipeline with GELU rewritten to its tanh approximation"
     assert row["file"].endswith("passkit_example/pipelines/training-gelu-tanh.toml")
 
 

@@ -60,10 +60,13 @@ def test_a_pass_failing_on_a_node_names_it_and_the_source_line(
     path = tmp_path / "p.toml"
     path.write_text(f'[pipeline]\nname = "p"\n\n[[steps]]\npass = "functionalize"\n\n[[steps]]\npass = "{pass_name}"\n\n[[steps]]\npass = "codegen.python"\n')
     torch._dynamo.reset()
-    compiled = passkit.compile(double_then_relu, pipeline=str(path))
+    compiled = passkit.compile(double_then_relu, pipeline=str(path), repro_dir=str(tmp_path / "repro"))
     with pytest.raises(passkit.PassError) as caught:
         compiled(torch.randn(4))
-    assert str(caught.value) == f"{path}: steps[1] ({pass_name}) failed at node {node}: {message} (after: functionalize)"
+    assert str(caught.value) == (
+        f"{path}: steps[1] ({pass_name}) failed at node {node}: {message} (after: functionalize) "
+        f"(reproducer: {tmp_path / 'repro'}/02-{pass_name})"
+    )
 
 
 def test_a_failure_without_a_node_names_only_the_step(tmp_path) -> None:

@@ -35,7 +35,7 @@ def _assert_compiled(reports: list) -> None:
     assert reports, "passkit compiled nothing"
     for report in reports:
         ran = [r.id for r in report.records if r.status == "ran"]
-        assert ran[-1] == "codegen.python", f"{report.graph}: {ran}"
+        assert ran[-1].startswith("codegen."), f"{report.graph}: {ran}"
 
 
 def _output(out: object) -> torch.Tensor:

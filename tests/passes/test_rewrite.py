@@ -65,12 +65,12 @@ def test_expect_match_fails_the_step_in_one_line(tmp_path) -> None:
     path = _write(
         tmp_path, '[[steps]]\npass = "rewrite"\npatterns = ["attention"]\nexpect_match = true\nafter = "functionalize"\n'
     )
-    compiled = passkit.aot_function(with_noops, pipeline=path)
+    compiled = passkit.aot_function(with_noops, pipeline=path, repro_dir=str(tmp_path / "repro"))
     with pytest.raises(passkit.PassError) as info:
         compiled(torch.randn(4, 3), torch.randn(3, 2, requires_grad=True))
     assert str(info.value) == (
         f"{path}: steps[0] (rewrite) failed: PatternError: pattern 'attention' matched nothing "
-        "(after: functionalize)"
+        f"(after: functionalize) (reproducer: {tmp_path / 'repro'}/02-rewrite)"
     )
 
 

@@ -2,7 +2,7 @@
 
 passkit loads this module through the ``passkit`` entry point named ``example`` (see
 pyproject.toml). It registers one pattern set, ``example:gelu_tanh``, and one pipeline file,
-``training-gelu-tanh``: the ``training`` pipeline with a ``rewrite`` step that applies the set.
+``training-gelu-tanh``: the ``training-python`` pipeline with a ``rewrite`` step that applies the set.
 """
 
 from __future__ import annotations

@@ -33,11 +33,13 @@ def outside(program, graph: str = "main") -> list[str]:
 
 @pytest.fixture
 def decomposed(make_program):
-    """A functional program lowered as the shipped ``inference-triton`` pipeline lowers it."""
+    """A functional program lowered as the shipped ``training-triton`` or ``inference-triton``
+    pipeline lowers it."""
 
     def build(fn, *inputs, passes=("functionalize",)):
         program = make_program(fn, *inputs, passes=passes)
-        assert_pass_preserves_numerics("decompose", program, **pipeline_options("inference-triton", "decompose"))
+        pipeline = "training-triton" if program.training else "inference-triton"
+        assert_pass_preserves_numerics("decompose", program, **pipeline_options(pipeline, "decompose"))
         return program
 
     return build
@@ -90,9 +92,13 @@ def test_training_graphs_fuse_after_partition(decomposed) -> None:
 
     assert assert_pass_preserves_numerics(fuse_regions, program) is True
     assert [r["kind"] for r in regions(program, "forward")] == ["reduction"]
-    # Every pointwise op and row reduction of the backward is in a region; the rest is data movement.
-    assert {r["kind"] for r in regions(program, "backward")} == {"reduction"}
-    assert set(outside(program, "backward")) == {"aten.alias.default", "aten.expand.default", "aten.permute.default", "aten.mm.default"}
+    # The backward is log_softmax's own formula (joint lowers it after autograd, exact to eager).
+    # Its row sum reads the broadcast tangent straight from an `expand`, which regions leave to
+    # ATen with the data movement; every pointwise op is in a region.
+    assert {r["kind"] for r in regions(program, "backward")} == {"pointwise"}
+    assert set(outside(program, "backward")) == {
+        "aten.alias.default", "aten.expand.default", "aten.permute.default", "aten.mm.default", "aten.sum.dim_IntList",
+    }
     assert "fused" in program.facts
 
 
