@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import subprocess
 import sys
 
@@ -54,12 +56,13 @@ def _search(x):
 
 def test_traced_pattern_fingerprint_is_the_same_in_another_process() -> None:
     code = (
-        "import torch, sys; sys.path.insert(0, 'tests/patterns');"
+        f"import torch, sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r});"
         "from test_model import traced; print(traced().fingerprint())"
     )
     here = traced().fingerprint()
-    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert here == there
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert there.returncode == 0, there.stderr[-2000:]
+    assert here == there.stdout.strip()
 
 
 def traced() -> Pattern:
