@@ -10,7 +10,7 @@ tags that ``torch.utils.checkpoint`` leaves), so the two can be compared in one 
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, Callable
 
 import pydantic
 import torch
@@ -18,7 +18,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from passkit import _torch
 from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
+from passkit.pass_api import Pass, graph_pass
 from passkit.program import Desc, GraphIO, Program
 
 __all__ = ["default_partition", "torch_min_cut", "split_joint"]
@@ -148,9 +148,14 @@ def _nbytes(value: torch.Tensor) -> int:
     return value.numel() * value.element_size()
 
 
-@graph_pass(
-    "partition.default", requires={"joint"}, produces={"partitioned"}, invalidates={"joint"}, training_only=True
-)
+def partitioner(name: str, *, options: type[pydantic.BaseModel] | None = None) -> Callable[[Callable[..., Any]], Pass]:
+    """Declare a partitioner: it turns the joint graph into forward and backward, for training."""
+    return graph_pass(
+        name, requires={"joint"}, produces={"partitioned"}, invalidates={"joint"}, training_only=True, options=options
+    )
+
+
+@partitioner("partition.default")
 def default_partition(program: Program) -> bool:
     """Split joint into forward and backward, saving every forward value the backward reads."""
     joint_gm = program.graphs["joint"]
@@ -174,14 +179,7 @@ class MinCutOptions(pydantic.BaseModel):
         return value
 
 
-@graph_pass(
-    "partition.torch_min_cut",
-    requires={"joint"},
-    produces={"partitioned"},
-    invalidates={"joint"},
-    training_only=True,
-    options=MinCutOptions,
-)
+@partitioner("partition.torch_min_cut", options=MinCutOptions)
 def torch_min_cut(program: Program, *, memory_budget: float) -> bool:
     """Split joint with torch's min-cut rematerialization partitioner (honours recompute tags)."""
     joint_gm = program.graphs["joint"]

@@ -33,8 +33,7 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 from passkit.errors import PassError
 from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
-from passkit.passes.partition import _install, split_joint
+from passkit.passes.partition import _install, partitioner, split_joint
 from passkit.passes.partition_costs import estimator_for, node_bytes, storage_root
 from passkit.passes.partition_plan import Plan, PlanError, Problem
 from passkit.program import GraphIO, Program
@@ -220,14 +219,7 @@ def _limit(options: MinCutOptions, smallest: Plan, fastest: Plan) -> tuple[int |
     return min(limits)
 
 
-@graph_pass(
-    "partition.min_cut",
-    requires={"joint"},
-    produces={"partitioned"},
-    invalidates={"joint"},
-    training_only=True,
-    options=MinCutOptions,
-)
+@partitioner("partition.min_cut", options=MinCutOptions)
 def min_cut(program: Program, **values: Any) -> bool:
     """Split joint with passkit's min-cut: memory limits, measured costs, checkpoint rules in the file."""
     options = MinCutOptions(**values)
