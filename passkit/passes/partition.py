@@ -21,7 +21,7 @@ from passkit.hookspecs import hookimpl
 from passkit.pass_api import Pass, graph_pass
 from passkit.program import Desc, GraphIO, Program
 
-__all__ = ["default_partition", "torch_min_cut", "split_joint"]
+__all__ = ["BudgetOptions", "default_partition", "partitioner", "torch_min_cut", "split_joint"]
 
 
 def _output_args(gm: GraphModule) -> list[Any]:
@@ -165,7 +165,9 @@ def default_partition(program: Program) -> bool:
     return True
 
 
-class MinCutOptions(pydantic.BaseModel):
+class BudgetOptions(pydantic.BaseModel):
+    """A partitioner's ``memory_budget``, validated to lie between 0 and 1."""
+
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
     memory_budget: float = 1.0
@@ -179,7 +181,7 @@ class MinCutOptions(pydantic.BaseModel):
         return value
 
 
-@partitioner("partition.torch_min_cut", options=MinCutOptions)
+@partitioner("partition.torch_min_cut", options=BudgetOptions)
 def torch_min_cut(program: Program, *, memory_budget: float) -> bool:
     """Split joint with torch's min-cut rematerialization partitioner (honours recompute tags)."""
     joint_gm = program.graphs["joint"]

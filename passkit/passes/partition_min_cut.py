@@ -33,7 +33,7 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 from passkit.errors import PassError
 from passkit.hookspecs import hookimpl
-from passkit.passes.partition import _install, partitioner, split_joint
+from passkit.passes.partition import BudgetOptions, _install, partitioner, split_joint
 from passkit.passes.partition_costs import estimator_for, node_bytes, storage_root
 from passkit.passes.partition_plan import Plan, PlanError, Problem
 from passkit.program import GraphIO, Program
@@ -80,10 +80,8 @@ def _check_op(name: str) -> str:
     return name
 
 
-class MinCutOptions(pydantic.BaseModel):
+class MinCutOptions(BudgetOptions):
     """Options of ``partition.min_cut`` (see docs/partitioning.md)."""
-
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
     memory_budget: float = 1.0
     """Saved bytes to allow, from 0 (the fewest the rules allow) to 1 (the fastest plan)."""
@@ -96,13 +94,6 @@ class MinCutOptions(pydantic.BaseModel):
     never_recompute: list[str] = []
     recompute_modules: list[str] = []
     """Module paths (globs over ``nn_module_stack``, e.g. "layers.*.mlp") to recompute whole."""
-
-    @pydantic.field_validator("memory_budget")
-    @classmethod
-    def _fraction(cls, value: float) -> float:
-        if not 0.0 <= value <= 1.0:
-            raise ValueError("must be between 0 and 1")
-        return value
 
     @pydantic.field_validator("max_saved")
     @classmethod
