@@ -11,13 +11,14 @@ from typing import Any
 
 from passkit.errors import PassError, PasskitError, PipelineError, PluginError, VerificationError
 from passkit.facts import Fact
-from passkit.hookspecs import StepContext, hookimpl
+from passkit.hookspecs import Application, StepContext, hookimpl
 from passkit.pass_api import Pass, graph_pass
 from passkit.program import Program
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Application",
     "Fact",
     "Pass",
     "PassError",

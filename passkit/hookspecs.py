@@ -33,11 +33,37 @@ if TYPE_CHECKING:
     from passkit.program import Program
     from passkit.report import StepRecord
 
-__all__ = ["hookspec", "hookimpl", "PROJECT_NAME", "StepContext"]
+__all__ = ["hookspec", "hookimpl", "PROJECT_NAME", "Application", "StepContext"]
 
 PROJECT_NAME = "passkit"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@dataclass(frozen=True)
+class Application:
+    """One rewrite a pass is about to make inside a step (a pattern application), as
+    ``passkit_should_apply`` sees it. Plain, hashable data, so a plugin may keep it.
+
+    ``index`` counts the step's applications from 1, in the order the pass asks about them;
+    ``kind`` says what is applied (``"pattern"``), ``name`` which one (``"attention:sdpa"``),
+    ``group`` what it belongs to (the pattern set), ``graph`` the graph it rewrites,
+    ``nodes`` the names of the nodes it matched, roots first, and ``source`` the user's line
+    that made the first of them (``file.py:123``, or "" when unknown).
+    """
+
+    index: int
+    kind: str
+    name: str
+    group: str
+    graph: str
+    nodes: tuple[str, ...]
+    source: str = ""
+
+    def describe(self) -> str:
+        """``planted:scale_add (application 3), graph forward, nodes add_1 (model.py:12)``."""
+        where = f" ({self.source})" if self.source else ""
+        return f"{self.name} (application {self.index}), graph {self.graph}, nodes {', '.join(self.nodes) or '-'}{where}"
 
 
 @dataclass
@@ -49,7 +75,8 @@ class StepContext:
     ``graph_hash_before`` is the program's graph hash before the step, so wrappers can tell
     whether the step changed the graphs without hashing twice. ``reference`` is what
     ``verify = "numerics"`` compares against (None otherwise). ``known_facts`` are the
-    registered facts, by name.
+    registered facts, by name. ``hook`` is the plugin manager's hook relay, through which a
+    pass asks ``should_apply`` before each rewrite it makes; ``applications`` counts the asks.
     """
 
     step: Step
@@ -60,6 +87,19 @@ class StepContext:
     reference: Any | None = None
     known_facts: Mapping[str, Fact] = field(default_factory=dict)
     graph_hash_before: str = ""
+    hook: Any = None
+    applications: int = 0
+
+    def should_apply(
+        self, *, kind: str, name: str, group: str, graph: str, nodes: tuple[str, ...], source: str = ""
+    ) -> bool:
+        """Ask ``passkit_should_apply`` whether the pass may make its next rewrite (it counts
+        as application ``applications + 1``); True unless a plugin says False."""
+        self.applications += 1
+        if self.hook is None:
+            return True
+        application = Application(self.applications, kind, name, group, graph, tuple(nodes), source)
+        return self.hook.passkit_should_apply(context=self, application=application) is not False
 
     @property
     def pass_(self) -> Pass:
@@ -203,6 +243,25 @@ def passkit_should_run_step(context: StepContext) -> bool | None:
                 context.record.reason = f"bisect: past step {LIMIT}"
                 return False
             return None
+    """
+
+
+@hookspec(firstresult=True)
+def passkit_should_apply(context: StepContext, application: Application) -> bool | None:
+    """Decide whether a pass makes one rewrite inside a running step; the first non-None wins.
+
+    Passes that make many independent rewrites (``rewrite``, one pattern application at a
+    time) ask before each through ``context.should_apply``. Return ``False`` to veto this one
+    (the step's report counts it as refused, ``vetoed``), ``True`` or ``None`` to let it
+    happen. This is how bisection finds the first bad pattern application without touching
+    the pattern driver. The compile cache keys on the registered plugins' names, so a
+    plugin that vetoes never reads or writes another plugin set's entries.
+
+    Example::
+
+        @passkit.hookimpl
+        def passkit_should_apply(context, application):
+            return False if application.index > LIMIT else None
     """
 
 

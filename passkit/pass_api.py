@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import pydantic
 
 if TYPE_CHECKING:
+    from passkit.hookspecs import StepContext
     from passkit.program import Program
     from passkit.registry import Registry
 
 __all__ = ["Pass", "graph_pass", "PASS_NAME_RE"]
 
+CONTEXT = "context"  # the keyword-only parameter through which a pass receives its StepContext
 PASS_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 
 
@@ -51,6 +53,7 @@ class Pass:
     version: str = "1"
     doc: str = ""
     tolerance: tuple[float, float] | None = None  # (rtol, atol) this pass's results may differ by
+    takes_context: bool = False  # the function has a keyword-only ``context`` (the StepContext)
 
     @property
     def summary(self) -> str:
@@ -66,10 +69,15 @@ class Pass:
         """
         return self.options_model.model_validate(values, context={"registry": registry})
 
-    def run(self, program: Program, options: pydantic.BaseModel | None = None) -> bool:
-        """Apply the pass; returns what the pass claims (the runner judges change by hashes)."""
+    def run(self, program: Program, options: pydantic.BaseModel | None = None, *, context: StepContext | None = None) -> bool:
+        """Apply the pass; returns what the pass claims (the runner judges change by hashes).
+
+        A pass whose function takes a keyword-only ``context`` gets the step's ``StepContext``
+        (None outside a pipeline), for example to ask ``context.should_apply`` before each rewrite.
+        """
         opts = options if options is not None else self.options()
-        return bool(self.fn(program, **dict(opts)))
+        extra = {"context": context} if self.takes_context else {}
+        return bool(self.fn(program, **dict(opts), **extra))
 
     def fingerprint(self) -> str:
         """Stable identity of this pass's behaviour: name, version, the hash of its module's
@@ -154,6 +162,8 @@ def _options_from_signature(name: str, fn: Callable[..., Any]) -> type[pydantic.
     hints = _resolved_hints(fn)
     fields: dict[str, Any] = {}
     for param in params[1:]:
+        if param.name == CONTEXT and param.kind is param.KEYWORD_ONLY:
+            continue
         if param.kind is not param.KEYWORD_ONLY:
             raise TypeError(f"pass {name!r}: option {param.name!r} must be keyword-only (put it after '*')")
         annotation = hints.get(param.name, Any)
@@ -161,6 +171,11 @@ def _options_from_signature(name: str, fn: Callable[..., Any]) -> type[pydantic.
         fields[param.name] = (annotation, default)
     model_name = "".join(part.title() for part in re.split(r"[._]", name)) + "Options"
     return pydantic.create_model(model_name, __base__=_StrictOptions, **fields)
+
+
+def _takes_context(fn: Callable[..., Any]) -> bool:
+    parameter = inspect.signature(fn).parameters.get(CONTEXT)
+    return parameter is not None and parameter.kind is parameter.KEYWORD_ONLY
 
 
 def _resolved_hints(fn: Callable[..., Any]) -> dict[str, Any]:
@@ -214,6 +229,7 @@ def graph_pass(
             version=version,
             doc=textwrap.dedent(fn.__doc__ or ""),
             tolerance=None if tolerance is None else (float(tolerance[0]), float(tolerance[1])),
+            takes_context=_takes_context(fn),
         )
 
     return decorate

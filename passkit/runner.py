@@ -62,6 +62,7 @@ def run_pipeline(
             previous=list(previous),
             reference=reference,
             known_facts=registry.facts,
+            hook=pm.hook,
         )
         reason = fact_rules.skip_reason(enabled=step.enabled, when=step.when, pass_=step.pass_, training=program.training)
         if not reason and pm.hook.passkit_should_run_step(context=context) is False:

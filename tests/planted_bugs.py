@@ -2,7 +2,9 @@
 and as a model factory (``--model planted_bugs:tiny``), also from a fresh process.
 
 ``planted.scale_add`` multiplies the result of every floating-point addition by 1.001 (a miscompile that only
-numerics catch); ``planted.explode`` raises.
+numerics catch); ``planted.explode`` raises. The pattern set ``planted`` does the same one add at a time
+(pattern ``planted:scale_add``), for bisecting inside a ``rewrite`` step; ``--model planted_bugs:chain``
+gives it company: views and multiplications by one that the good ``noops`` set removes first.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from torch import nn
 
 import passkit
 from passkit.hookspecs import hookimpl
+from passkit.patterns import Op, Pattern, PatternSet, Var
 
 SCALE = 1.001
 
@@ -43,6 +46,30 @@ def passkit_register_passes() -> list:
     return [scale_add, explode]
 
 
+def _not_scaled_yet(match) -> bool:
+    """Refuse the add this pattern put in itself (its only user is the scaling), so it stops."""
+    users = list(match.roots[0].users)
+    scaled = len(users) == 1 and users[0].target is torch.ops.aten.mul.Tensor and users[0].args[1:] == (SCALE,)
+    value = match.roots[0].meta.get("val")
+    return not scaled and value is not None and value.dtype.is_floating_point
+
+
+def _scaled_add(builder, x, y):
+    aten = torch.ops.aten
+    return builder.call(aten.mul.Tensor, builder.call(aten.add.Tensor, x, y), SCALE)
+
+
+SCALE_ADD_PATTERN = Pattern(
+    "scale_add", Op(torch.ops.aten.add.Tensor, Var("x"), Var("y")), build=_scaled_add, check=_not_scaled_yet,
+    description="miscompile on purpose: x + y becomes (x + y) * 1.001",
+)
+
+
+@hookimpl
+def passkit_register_patterns() -> dict:
+    return {"planted": PatternSet("planted", (SCALE_ADD_PATTERN,), "a bad pattern, planted for the bisect tests")}
+
+
 class Tiny(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -56,3 +83,24 @@ def tiny() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """A linear layer with a residual add: the add is what ``planted.scale_add`` breaks."""
     torch.manual_seed(0)
     return Tiny(), (torch.randn(4, 8),)
+
+
+class Chain(nn.Module):
+    """Two layers with residual adds, and views and multiplications by one for ``noops``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 8)
+        self.fc2 = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc1(x)
+        h = h.reshape(h.shape) * 1
+        h = torch.relu(h) + x
+        h = self.fc2(h).reshape(h.shape) * 1
+        return torch.tanh(h) + h
+
+
+def chain() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    return Chain(), (torch.randn(4, 8),)

@@ -226,3 +226,38 @@ def test_a_pipeline_built_in_python_runs_with_the_manager_and_registry_given() -
                         steps=(Step(0, "fx.dce", dce, dce.options(), None, True, {}),))
     report = runner.run_pipeline(pipeline, make_program(dead=True), pm=pm, registry=registry)
     assert (report.records[0].changed, report.records[0].nodes_after) == (True, 5)
+
+
+@graph_pass("t.asks")
+def asks(program: Program, *, times: int = 3, context: StepContext | None = None) -> bool:
+    """Ask before each of ``times`` rewrites; record which were allowed."""
+    allowed = [
+        context.should_apply(kind="pattern", name=f"t:r{i}", group="t", graph="main", nodes=(f"n{i}",))
+        for i in range(times)
+    ] if context is not None else None
+    program.record_stat("allowed", allowed)
+    return False
+
+
+def test_a_pass_taking_context_asks_should_apply_and_context_is_no_option() -> None:
+    seen = []
+
+    class VetoSecond:
+        @hookimpl
+        def passkit_register_passes(self) -> list:
+            return [asks]
+
+        @hookimpl
+        def passkit_should_apply(self, context: StepContext, application) -> bool | None:
+            seen.append((context.step.id, application))
+            return False if application.index == 2 else None
+
+    kit = Kit(VetoSecond())
+    assert [field["name"] for field in asks.option_fields()] == ["times"]
+    report = kit.run(kit.pipeline("t.asks", {"pass": "t.asks", "id": "again", "options": {"times": 1}}), make_program())
+    assert [r.stats["allowed"] for r in report.records] == [[True, False, True], [True]]  # counted per step
+    assert [(step, a.index, a.name, a.nodes) for step, a in seen] == [
+        ("t.asks", 1, "t:r0", ("n0",)), ("t.asks", 2, "t:r1", ("n1",)), ("t.asks", 3, "t:r2", ("n2",)),
+        ("again", 1, "t:r0", ("n0",)),
+    ]
+    assert asks(make_program()) is False  # called directly: no context, nothing asked

@@ -1,8 +1,10 @@
-"""Own ``passkit bisect``: name the first step that changes numerics or crashes, and write a
-minimal pipeline that still shows it (``passkit.debug.bisect``)."""
+"""Own ``passkit bisect``: name the first step that changes numerics or crashes (and inside it
+the first bad pattern application), and write a minimal pipeline that still shows it
+(``passkit.debug.bisect``), on a model (``--model``) or a reproducer folder (``--repro``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,39 +21,62 @@ __all__ = ["command"]
 
 
 @click.command("bisect")
-@click.argument("file")
+@click.argument("file", required=False)
 @click.option("--model", metavar="MODULE:FACTORY", default=None,
               help="Factory returning (module, example_inputs); default: the bundled transformer block.")
+@click.option("--repro", "repro", metavar="DIR", default=None,
+              help="Bisect a reproducer folder (its program, inputs and pipeline) instead of FILE and a model.")
 @click.option("--out", metavar="FILE", default=None,
               help="Where to write the minimal pipeline (default: <pipeline name>-minimal.toml).")
 @plugin_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-def command(ctx: click.Context, file: str, model: str | None, out: str | None, plugins: tuple[str, ...], as_json: bool) -> None:
+def command(
+    ctx: click.Context, file: str | None, model: str | None, repro: str | None, out: str | None,
+    plugins: tuple[str, ...], as_json: bool,
+) -> None:
     """Find the first step of pipeline FILE that changes the model's numerics or crashes.
 
-    Prints 'first bad step: <file>: steps[i] (<id>)', writes a minimal pipeline that still
-    fails, and a reproducer. Exits 1 when a bad step is found, 0 when every step is good.
+    Inside a step that applies patterns (rewrite) it goes on to the first bad pattern
+    application. Prints 'first bad step: <file>: steps[i] (<id>)', writes a minimal pipeline
+    that still fails, and a reproducer. With --repro DIR in place of FILE and --model, it
+    bisects a reproducer folder. Exits 1 when a bad step is found, 0 when every step is good,
+    2 on bad input.
     """
-    from passkit.api import load_pipeline
-    from passkit.check import DEFAULT_MODEL
     from passkit.debug.bisect import confirm, write_minimal
-    from passkit.debug.bisect_model import bisect_model
+    from passkit.errors import PasskitError
     from passkit.plugins import get_plugin_manager
     from passkit.registry import get_registry
 
+    if repro is not None and (file is not None or model is not None):
+        raise PasskitError(f"--repro {repro}: give either a reproducer folder or FILE with --model, not both")
+    if repro is None and file is None:
+        raise PasskitError("passkit bisect: give a pipeline FILE (with --model) or --repro DIR")
     register_plugins(plugins)
-    pipeline = load_pipeline(file)
-    spec = model or DEFAULT_MODEL
     registry, pm = get_registry(), get_plugin_manager()
-    results, graphs = bisect_model(pipeline, spec, pm=pm, registry=registry, progress=terminal.note)
+    if repro is not None:
+        from passkit.debug.bisect_repro import bisect_reproducer
+
+        pipeline, result, captured = bisect_reproducer(Path(repro), pm=pm, registry=registry, progress=terminal.note)
+        spec, results, graphs = f"reproducer {repro}", [result], [captured]
+    else:
+        from passkit.api import load_pipeline
+        from passkit.check import DEFAULT_MODEL
+        from passkit.debug.bisect_model import bisect_model
+
+        assert file is not None
+        pipeline = load_pipeline(file)
+        spec = model or DEFAULT_MODEL
+        results, graphs = bisect_model(pipeline, spec, pm=pm, registry=registry, progress=terminal.note)
     found = results[-1] if results[-1].first_bad is not None else None
     confirmed = None
     path = None
     if found is not None:
         path = write_minimal(pipeline, found, Path(out or f"{pipeline.name}-minimal.toml"))
         graph = graphs[len(results) - 1]
-        confirmed = confirm(path, graph.program, graph.reference, pm=pm, registry=registry, expected=found.outcome.kind)
+        confirmed = confirm(
+            path, graph.program, graph.reference, pm=pm, registry=registry, expected=found.outcome.kind, bisection=found
+        )
     if as_json:
         terminal.write_json(_json(pipeline, spec, results, path, confirmed))
     else:
@@ -68,8 +93,15 @@ def _text(pipeline: Pipeline, spec: str, results: list[Bisection], path: Path | 
         f"first bad step: {pipeline.where(last.first_bad)}",
         f"  {last.graph}: {last.outcome.kind}: {last.outcome.message}",
     ]
-    if last.first_bad.pass_name == "rewrite":
-        lines.append("  pattern application: not bisected (needs the pattern engine's should-apply hook)")
+    application = last.pattern_application
+    if application is not None:
+        lines.append(
+            f"  first bad pattern application: {application.name} (application {application.index} of "
+            f"{last.applications}), graph {application.graph}, nodes {', '.join(application.nodes) or '-'}"
+            + (f" ({application.source})" if application.source else "")
+        )
+    elif last.applications:
+        lines.append(f"  no single pattern application to blame: it fails with all {last.applications} vetoed")
     steps = ", ".join(step.id for step in last.minimal)
     reproduces = "reproduces" if confirmed is not None and confirmed.kind == last.outcome.kind else "does NOT reproduce"
     lines.append(f"minimal pipeline: {path} ({len(last.minimal)} steps: {steps}), {reproduces}")
@@ -93,7 +125,11 @@ def _json(pipeline: Pipeline, spec: str, results: list[Bisection], path: Path | 
             "graph": last.graph,
             "kind": last.outcome.kind,
             "message": last.outcome.message,
-            "pattern_application": last.pattern_application,
+            "pattern_application": None if last.pattern_application is None else {
+                **dataclasses.asdict(last.pattern_application),
+                "nodes": list(last.pattern_application.nodes),
+                "of": last.applications,
+            },
         },
         "minimal_pipeline": None if path is None else {
             "file": str(path),

@@ -14,11 +14,16 @@ program (``passkit.evaluate.Reference``, the same comparison as ``verify = "nume
 4. The minimal pipeline is written as a file, read back and run once more with ``verify`` on,
    which confirms it and writes a reproducer (``passkit.debug.repro``).
 
-Extension point, not implemented yet: inside a ``rewrite`` step the search should continue over
-pattern applications. That needs the pattern engine (the pattern-rewrite issue) to ask a
-should-apply hook before each application, with a running application count; a
-``StepFilter``-like plugin would then limit applications exactly as it limits steps here, and
-``Bisection.pattern_application`` would name the application. Until then it stays None.
+5. When the bad step made single rewrites it asked about (``passkit_should_apply``: the
+   ``rewrite`` pass asks before each pattern application), the search continues over them:
+   ``StepFilter`` also vetoes every application of the last step it runs past
+   ``application_limit``, and a binary search over that limit names the first bad application
+   (``passkit.debug.bisect_patterns``). The minimal pipeline then narrows the step to that
+   application's pattern when that still shows the failure.
+
+``start`` bisects a program that earlier steps already made (a reproducer's): steps before it
+are left out of every trial, and the minimal pipeline keeps them first (they describe the
+program) while ``confirm`` skips them.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ if TYPE_CHECKING:
     import pluggy
 
     from passkit.evaluate import Reference
-    from passkit.hookspecs import StepContext
+    from passkit.hookspecs import Application, StepContext
     from passkit.pipeline import Pipeline, Step
     from passkit.program import Program
     from passkit.registry import Registry
@@ -52,13 +57,26 @@ class StepFilter:
     """A ``passkit_should_run_step`` plugin: run no step at or past ``limit``, none in ``leave_out``.
 
     It also remembers the last step it was asked about, so a caller can read that step's record
-    (for example the reproducer a failing step wrote).
+    (for example the reproducer a failing step wrote). As a ``passkit_should_apply`` plugin it
+    records the applications the last step in range (position ``limit - 1``) asks about, and
+    vetoes those past ``application_limit``.
     """
 
-    def __init__(self, limit: int, leave_out: frozenset[int] = frozenset()) -> None:
+    def __init__(self, limit: int, leave_out: frozenset[int] = frozenset(), *, application_limit: int | None = None) -> None:
         self.limit = limit
         self.leave_out = leave_out
+        self.application_limit = application_limit
         self.last: StepContext | None = None
+        self.asked: list[Application] = []
+
+    @hookimpl
+    def passkit_should_apply(self, context: StepContext, application: Application) -> bool | None:
+        if context.step.position != self.limit - 1:
+            return None
+        self.asked.append(application)
+        if self.application_limit is not None and application.index > self.application_limit:
+            return False
+        return None
 
     @hookimpl
     def passkit_should_run_step(self, context: StepContext) -> bool | None:
@@ -80,6 +98,7 @@ class Outcome:
     kind: str | None  # None, "crash", "fact", "numerics" or "contract" (a needed fact is missing)
     message: str = ""
     repro: str = ""
+    applications: tuple[Application, ...] = ()  # what the last step run asked about, in order
 
     @property
     def bad(self) -> bool:
@@ -96,7 +115,9 @@ class Bisection:
     outcome: Outcome = Outcome(None)
     minimal: list[Step] = field(default_factory=list)
     trials: list[dict[str, Any]] = field(default_factory=list)
-    pattern_application: str | None = None  # see the module docstring: needs the pattern engine
+    pattern_application: Application | None = None  # the first bad one inside ``first_bad``
+    applications: int = 0  # how many the bad step asked about
+    start: int = 0  # steps before this position had already run (a reproducer's program)
 
 
 Progress = Callable[[str], None]
@@ -121,14 +142,18 @@ def trial(
     except (PassError, VerificationError) as exc:
         cause = exc.__cause__ if isinstance(exc, PassError) and exc.__cause__ is not None else exc
         last = step_filter.last
-        return Outcome(failure_kind(cause), str(exc).splitlines()[0], last.record.repro if last is not None else "")
+        repro = last.record.repro if last is not None else ""
+        return Outcome(failure_kind(cause), str(exc).splitlines()[0], repro, tuple(step_filter.asked))
     finally:
         pm.unregister(step_filter)
+    asked = tuple(step_filter.asked)
     try:
         difference = reference.compare(program)
     except Exception as exc:  # noqa: BLE001 - a program that cannot even run is bad
-        return Outcome("crash", f"running the program failed: {type(exc).__name__}: {exc}")
-    return Outcome(None) if difference is None else Outcome("numerics", f"changed numerics: {difference}")
+        return Outcome("crash", f"running the program failed: {type(exc).__name__}: {exc}", applications=asked)
+    if difference is None:
+        return Outcome(None, applications=asked)
+    return Outcome("numerics", f"changed numerics: {difference}", applications=asked)
 
 
 def _needed(pipeline: Pipeline, program: Program, kept: list[int], registry: Registry) -> bool:
@@ -151,32 +176,50 @@ def bisect_program(
     registry: Registry,
     graph: str = "graph 1",
     progress: Progress | None = None,
+    start: int = 0,
 ) -> Bisection:
-    """Find the first step of ``pipeline`` that makes ``captured`` deviate or fail, and the
-    smallest set of earlier steps that still shows it."""
+    """Find the first step of ``pipeline`` that makes ``captured`` deviate or fail (and the
+    first bad application inside it), and the smallest set of earlier steps that still shows it.
+    ``start``: the steps before this position already ran on ``captured``."""
+    from passkit.debug.bisect_patterns import bisect_applications, narrowed
     say = progress or (lambda text: None)
     # Trials judge numerics themselves; facts stay checked so a fact-breaking step is named too.
     quiet = pipeline.with_settings(
         verify="off" if pipeline.settings.verify == "off" else "facts", dump="off", repro_dir="", report=""
     )
-    applicable = [
+    every = [
         step.position
         for step in pipeline.steps
         if applies(enabled=step.enabled, when=step.when, pass_=step.pass_, training=captured.training)
     ]
-    result = Bisection(graph=graph, applicable=applicable)
+    applicable = [p for p in every if p >= start]
+    already = frozenset(p for p in every if p < start)
+    result = Bisection(graph=graph, applicable=applicable, start=start)
 
-    seen: dict[tuple[int, ...], Outcome] = {(): Outcome(None)}  # no steps: the capture itself
+    seen: dict[tuple[Any, ...], Outcome] = {(): Outcome(None)}  # no steps: the capture itself
 
-    def run(count: int, leave_out: frozenset[int] = frozenset()) -> Outcome:
+    def run(count: int, leave_out: frozenset[int] = frozenset(), *, applications: int | None = None,
+            steps: Pipeline | None = None) -> Outcome:
         numbers = [p + 1 for p in applicable[:count] if p not in leave_out]
-        if tuple(numbers) in seen:
-            return seen[tuple(numbers)]
+        key = (*numbers, "applications", applications) if applications is not None else tuple(numbers)
+        if steps is None and key in seen:
+            return seen[key]
         limit = applicable[count - 1] + 1 if count else 0
-        outcome = trial(captured, reference, quiet, StepFilter(limit, leave_out), pm=pm, registry=registry)
-        say(f"bisect: {graph}: steps {_ranges(numbers)}: {outcome.kind or 'good'}")
-        result.trials.append({"steps": numbers, "outcome": outcome.kind or "good", "message": outcome.message})
-        seen[tuple(numbers)] = outcome
+        step_filter = StepFilter(limit, leave_out | already, application_limit=applications)
+        outcome = trial(captured, reference, steps or quiet, step_filter, pm=pm, registry=registry)
+        within = "" if applications is None else (
+            f", applications 1-{applications} of step {numbers[-1]}" if applications else f", no applications of step {numbers[-1]}"
+        )
+        narrowed_to = " (narrowed)" if steps is not None else ""
+        say(f"bisect: {graph}: steps {_ranges(numbers)}{within}{narrowed_to}: {outcome.kind or 'good'}")
+        entry: dict[str, Any] = {"steps": numbers}
+        if applications is not None:
+            entry["applications"] = applications
+        if steps is not None:
+            entry["narrowed"] = True
+        result.trials.append({**entry, "outcome": outcome.kind or "good", "message": outcome.message})
+        if steps is None:
+            seen[key] = outcome
         return outcome
 
     last = run(len(applicable))
@@ -193,6 +236,8 @@ def bisect_program(
     first_bad = applicable[bad - 1]
     result.first_bad = pipeline.steps[first_bad]
     result.outcome = last
+    result.applications = len(last.applications)
+    result.pattern_application = bisect_applications(last, lambda n: run(bad, applications=n))
     left_out: set[int] = set()
     for position in reversed(applicable[: bad - 1]):
         kept = [p for p in applicable[:bad] if p not in left_out and p != position]
@@ -204,11 +249,20 @@ def bisect_program(
         if run(bad, candidate).kind == last.kind and not run(bad - 1, candidate).bad:
             left_out.add(position)
     prefix = [pipeline.steps[p] for p in applicable[:bad] if p not in left_out]
-    result.minimal = _with_tail(pipeline, prefix, [pipeline.steps[p] for p in applicable[bad:]], registry)
+    if result.pattern_application is not None:
+        out = frozenset(left_out)
+        for narrower in narrowed(result.first_bad, result.pattern_application, registry):
+            candidate = dataclasses.replace(quiet, steps=tuple(narrower if s.position == first_bad else s for s in quiet.steps))
+            if run(bad, out, steps=candidate).kind == last.kind:
+                prefix[-1] = narrower
+                break
+    before = [pipeline.steps[p] for p in sorted(already)]
+    result.minimal = before + _with_tail(pipeline, prefix, [pipeline.steps[p] for p in applicable[bad:]], registry, before)
     return result
 
 
 def _valid(pipeline: Pipeline, steps: list[Step], registry: Registry) -> bool:
+    """Whether ``steps`` load as a pipeline file (contracts, ending in ``compiled``)."""
     from passkit.pipeline.contracts import check_contracts
 
     candidate = dataclasses.replace(pipeline, steps=tuple(steps))
@@ -219,15 +273,19 @@ def _valid(pipeline: Pipeline, steps: list[Step], registry: Registry) -> bool:
     return True
 
 
-def _with_tail(pipeline: Pipeline, prefix: list[Step], after_bad: list[Step], registry: Registry) -> list[Step]:
+def _with_tail(
+    pipeline: Pipeline, prefix: list[Step], after_bad: list[Step], registry: Registry, before: list[Step] | None = None
+) -> list[Step]:
     """``prefix`` plus as few of the steps after the bad one as loading a pipeline file needs
-    (it must end with ``compiled``). They never run: with ``verify`` on, the bad step fails first."""
+    (it must end with ``compiled``). They never run: with ``verify`` on, the bad step fails first.
+    ``before`` are steps that already ran (a reproducer's) and come first in the file."""
+    head = list(before or [])
     tail = list(after_bad)
-    if not _valid(pipeline, prefix + tail, registry):
+    if not _valid(pipeline, head + prefix + tail, registry):
         return prefix + tail
     for step in list(tail):
         shorter = [s for s in tail if s is not step]
-        if _valid(pipeline, prefix + shorter, registry):
+        if _valid(pipeline, head + prefix + shorter, registry):
             tail = shorter
     return prefix + tail
 
@@ -250,10 +308,12 @@ def write_minimal(pipeline: Pipeline, bisection: Bisection, path: Path) -> Path:
     assert bisection.first_bad is not None
     kind = bisection.outcome.kind
     first = bisection.first_bad
-    comment = (
-        f"Minimal pipeline written by passkit bisect: {pipeline.where(first)} is the first bad step ({kind}).\n"
-        f"Run it with `passkit run {path.name} --model ...`; it fails at its last step."
-    )
+    comment = f"Minimal pipeline written by passkit bisect: {pipeline.where(first)} is the first bad step ({kind}).\n"
+    if bisection.pattern_application is not None:
+        comment += f"First bad application in it: {bisection.pattern_application.describe()}.\n"
+    if bisection.start:
+        comment += f"Its first {_already_run(bisection)} step(s) had already run on the reproducer's program.\n"
+    comment += f"Run it with `passkit run {path.name} --model ...`; it fails at its last step."
     text = pipeline_toml(
         pipeline,
         steps=bisection.minimal,
@@ -266,17 +326,24 @@ def write_minimal(pipeline: Pipeline, bisection: Bisection, path: Path) -> Path:
     return path
 
 
+def _already_run(bisection: Bisection) -> int:
+    """How many of the minimal pipeline's first steps had already run on the bisected program."""
+    return sum(1 for step in bisection.minimal if step.position < bisection.start)
+
+
 def confirm(
     path: Path, captured: Program, reference: Reference, *, pm: pluggy.PluginManager, registry: Registry,
-    expected: str | None,
+    expected: str | None, bisection: Bisection | None = None,
 ) -> Outcome:
     """Load the minimal pipeline file and run it once, reproducers on; the outcome says whether
-    it fails the same way (and names the reproducer it wrote)."""
+    it fails the same way (and names the reproducer it wrote). Steps that had already run on
+    ``captured`` (``bisection.start``) are skipped."""
     from passkit.pipeline import load_pipeline
 
     minimal = load_pipeline(path, registry=registry)
     program = snapshot_program(captured)
-    observer = StepFilter(len(minimal.steps))
+    skip = _already_run(bisection) if bisection is not None else 0
+    observer = StepFilter(len(minimal.steps), frozenset(range(skip)))
     pm.register(observer, name="passkit-bisect")
     try:
         run_pipeline(minimal, program, pm=pm, registry=registry, reference=reference)

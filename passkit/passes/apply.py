@@ -20,4 +20,4 @@ __all__ = ["passkit_run_step"]
 @hookimpl
 def passkit_run_step(context: StepContext) -> bool:
     """Apply the step's pass with its options; return the pass's own claim of change."""
-    return context.step.pass_.run(context.program, context.step.options)
+    return context.step.pass_.run(context.program, context.step.options, context=context)

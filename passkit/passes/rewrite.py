@@ -9,22 +9,30 @@ applied (``applied``), why matches were refused (``refused``), and which ops it 
 lowering to keep whole (``kept_ops``, how many: a pattern's ``keep``, added to the ``decompose`` step's
 target opset, so that ``joint`` does not lower a fused replacement back to its parts). ``expect_match = true``
 fails the step, in one line, when a named set applied nowhere; a list names the sets or
-patterns (``"attention:causal_masked_fill"``) that must apply.
+patterns (``"attention:causal_masked_fill"``) that must apply. ``only`` narrows the named sets to
+some of their patterns (``"attention:sdpa"``), as ``passkit bisect`` writes it in a minimal pipeline.
+
+Before each application the pass asks ``context.should_apply`` (the ``passkit_should_apply``
+hook), so a plugin can veto single applications (bisection finds the first bad one that way).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 
 from passkit import _torch
+from passkit.failed_node import source_line
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
 from passkit.patterns.sets import BUILTIN_SETS
 from passkit.program import Program
+
+if TYPE_CHECKING:
+    from passkit.hookspecs import StepContext
 
 __all__ = ["rewrite", "RewriteOptions", "resolve_pattern_set", "stage_of"]
 
@@ -46,6 +54,7 @@ class RewriteOptions(pydantic.BaseModel):
     expect_match: bool | list[str] = False
     graphs: list[str] | None = None
     max_applications: int = pydantic.Field(default=1000, ge=1)
+    only: list[str] | None = None
 
     @pydantic.field_validator("patterns", mode="after")
     @classmethod
@@ -105,19 +114,29 @@ def resolve_pattern_set(name: str, registry: Any = None) -> Any:
 
 @graph_pass("rewrite", requires={"functional"}, options=RewriteOptions)
 def rewrite(
-    program: Program, *, patterns: list[str], expect_match: bool | list[str], graphs: list[str] | None, max_applications: int
+    program: Program,
+    *,
+    patterns: list[str],
+    expect_match: bool | list[str],
+    graphs: list[str] | None,
+    max_applications: int,
+    only: list[str] | None,
+    context: StepContext | None = None,
 ) -> bool:
     """Apply named pattern sets (attention, noops, plugins' sets) to a fixpoint, by benefit."""
-    from passkit.patterns import Applied, apply_patterns
+    from passkit.patterns import Applied
     from passkit.patterns.driver import expect_match as require
 
     sets = [resolve_pattern_set(name) for name in patterns]  # names carry their registered sets
+    if only is not None:
+        sets = _only(sets, only)
     canonical = program.target_opset
     applied = Applied()
     for graph_name in graphs if graphs is not None else list(program.graphs):
         if graph_name not in program.graphs:
             raise ValueError(f"no graph {graph_name!r} (graphs: {', '.join(program.graphs)})")
-        applied.merge(_apply_checked(program, graph_name, sets, _canonical_for(program, graph_name, canonical), max_applications))
+        ask = _asker(context, graph_name)
+        applied.merge(_apply_checked(program, graph_name, sets, _canonical_for(program, graph_name, canonical), max_applications, ask))
     program.record_stat("stage", stage_of(program))
     program.record_stat("rewrites", applied.total)
     program.record_stat("applied", dict(sorted(applied.counts.items())))
@@ -127,6 +146,32 @@ def rewrite(
     if expect_match:
         require(applied, patterns if expect_match is True else expect_match)
     return applied.total > 0
+
+
+def _only(sets: list[Any], only: list[str]) -> list[Any]:
+    """The sets cut down to the patterns ``only`` names; ValueError naming one it does not find."""
+    known = {p.name for s in sets for p in s.patterns}
+    for name in only:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (patterns: {', '.join(sorted(known))})"
+            raise ValueError(f"only names pattern {name!r}, which the named sets do not have{hint}")
+    return [dataclasses.replace(s, patterns=tuple(p for p in s.patterns if p.name in only)) for s in sets]
+
+
+def _asker(context: StepContext | None, graph_name: str) -> Any:
+    """The driver's veto for ``graph_name``: each match becomes one ``passkit_should_apply`` ask."""
+    if context is None:
+        return None
+
+    def ask(match: Any) -> bool:
+        name = match.pattern.name
+        group = name.rsplit(":", 1)[0] if ":" in name else ""
+        nodes = tuple(dict.fromkeys(n.name for n in (*match.roots, *match.nodes)))
+        source = source_line(match.roots[0]) or ""
+        return context.should_apply(kind="pattern", name=name, group=group, graph=graph_name, nodes=nodes, source=source)
+
+    return ask
 
 
 def _canonical_for(program: Program, graph_name: str, canonical: Any) -> Any:
@@ -139,7 +184,7 @@ def _canonical_for(program: Program, graph_name: str, canonical: Any) -> Any:
     return dataclasses.replace(canonical, table=main_table(dict(canonical.table), training=True))
 
 
-def _apply_checked(program: Program, name: str, sets: list[Any], canonical: Any, max_applications: int) -> Any:
+def _apply_checked(program: Program, name: str, sets: list[Any], canonical: Any, max_applications: int, ask: Any = None) -> Any:
     """Apply the sets to one graph. When a replacement changed strides (``gemm``'s split
     parts), re-derive every node's ``meta["val"]`` on fake tensors; if a later op cannot take
     the new layout, put the graph back as it was and report the rewrites as refused."""
@@ -151,7 +196,7 @@ def _apply_checked(program: Program, name: str, sets: list[Any], canonical: Any,
     if not sets:
         return Applied()
     backup = _copy_graph(gm.graph)
-    applied = apply_patterns(gm, sets, canonical=canonical, max_applications=max_applications)
+    applied = apply_patterns(gm, sets, canonical=canonical, max_applications=max_applications, should_apply=ask)
     if not applied.relayout:
         return applied
     error = _torch.propagate_fake_values(gm)

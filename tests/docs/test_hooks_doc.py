@@ -74,6 +74,7 @@ def test_hookspecs_define_the_hooks_this_test_knows() -> None:
         "passkit_register_pipelines",
         "passkit_register_settings",
         "passkit_run_step",
+        "passkit_should_apply",
         "passkit_should_run_step",
     ]
 
@@ -245,3 +246,26 @@ def test_should_run_step_example_skips_a_step(tmp_path: Path) -> None:
     assert (cse.status, cse.reason) == ("skipped", "skipped by the acme bisector")
     assert [r.status for r in report.records if r.id != "fx.cse"] == ["ran"] * (len(report.records) - 1)
     assert "compiled" in program.facts
+
+
+def test_should_apply_example_lets_only_the_first_two_pattern_applications_happen(tmp_path: Path) -> None:
+    pm = manager_with(example_plugin("passkit_should_apply", tmp_path))
+    registry = build_registry(pm)
+    path = tmp_path / "p.toml"
+    path.write_text(
+        '[[steps]]\npass = "functionalize"\n'
+        '[[steps]]\npass = "rewrite"\npatterns = ["noops"]\n'
+        '[[steps]]\npass = "codegen.python"\n'
+    )
+    program = program_from_function(lambda x: (x * 1 + 1) * 1 * 1 + 2, [torch.randn(3)])
+
+    report = run_pipeline(load_pipeline(str(path), registry=registry), program, pm=pm, registry=registry)
+
+    rewrite = next(record for record in report.records if record.id == "rewrite")
+    assert rewrite.stats["applied"] == {"noops:mul_one": 2}
+    # The third x * 1 is asked about twice (applications 3 and 4): once in the round that
+    # rewrote the first two, once more in the round that finds nothing left to do.
+    assert rewrite.stats["refused"] == {"noops:mul_one: vetoed": 2}
+    assert sum(node.target is torch.ops.aten.mul.Tensor for node in program.graphs["main"].graph.nodes) == 1
+    x = torch.randn(3)
+    torch.testing.assert_close(program.compiled["main"](x)[0], x + 3)

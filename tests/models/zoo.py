@@ -121,3 +121,11 @@ ZOO = [
     ZooModel("resnet", _resnet, _image32),
     ZooModel("convnext", _convnext, _image32),
 ]
+
+
+def gpt2_ids() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """``--model zoo:gpt2_ids`` for the CLI: the zoo's GPT-2 (training mode, dropout on, as at
+    its defaults) and a batch of 4 token-id rows; the outputs are the logits."""
+    torch.manual_seed(0)
+    model = _gpt2()
+    return model, (_ids(4),)

@@ -119,3 +119,26 @@ def test_a_plugin_pattern_set_is_used_from_a_pipeline_file(tmp_path, register_pa
     compiled = passkit.aot_function(with_noops, pipeline=path)
     torch.testing.assert_close(compiled(x, w), with_noops(x, w))
     assert _rewrite_record(compiled).stats["applied"] == {"acme:tanh:tanh": 1}
+
+
+def test_only_narrows_the_sets_to_the_patterns_it_names(tmp_path) -> None:
+    path = _write(
+        tmp_path, '[[steps]]\npass = "rewrite"\npatterns = ["noops"]\nonly = ["noops:view"]\nafter = "functionalize"\n'
+    )
+    x, w = torch.randn(4, 3), torch.randn(3, 2, requires_grad=True)
+    compiled = passkit.aot_function(with_noops, pipeline=path)
+    torch.testing.assert_close(compiled(x, w), with_noops(x, w))
+    assert _rewrite_record(compiled).stats["applied"] == {"noops:view": 2}
+
+
+def test_only_naming_a_pattern_the_sets_lack_fails_in_one_line(tmp_path) -> None:
+    path = _write(
+        tmp_path, '[[steps]]\npass = "rewrite"\npatterns = ["noops"]\nonly = ["noops:veiw"]\nafter = "functionalize"\n'
+    )
+    compiled = passkit.aot_function(with_noops, pipeline=path, repro_dir="")
+    with pytest.raises(passkit.PassError) as info:
+        compiled(torch.randn(4, 3), torch.randn(3, 2, requires_grad=True))
+    assert str(info.value) == (
+        f"{path}: steps[0] (rewrite) failed: ValueError: only names pattern 'noops:veiw', which the named sets "
+        "do not have; did you mean 'noops:view'? (after: functionalize)"
+    )
