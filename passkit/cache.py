@@ -6,7 +6,8 @@ instead of running the steps. The key (``cache_key``) covers everything that dec
 - the resolved pipeline (``Pipeline.fingerprint``: every step, its options, ``when``/``enabled``
   and each pass's fingerprint, which hashes its module's source file and its distribution's
   version, so editing a plugin invalidates its entries);
-- the registered plugins (a ``passkit_should_run_step`` plugin changes which steps run);
+- the registered plugins (a ``passkit_should_run_step`` or ``passkit_should_apply`` plugin changes
+  which steps or pattern applications run);
 - the captured graphs' code, the values of constants they hold, the input metadata (shape,
   stride, dtype, device, ``requires_grad``; symbolic sizes by name) and the signature;
 - the torch, Python and passkit versions, and the device.
