@@ -24,9 +24,9 @@ def compile_and_report() -> dict:
     runs: list[str] = []
     original = Pass.run
 
-    def counting(self, program, options=None):
+    def counting(self, program, options=None, **keywords):
         runs.append(self.name)
-        return original(self, program, options)
+        return original(self, program, options, **keywords)
 
     Pass.run = counting
     try:

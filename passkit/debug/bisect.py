@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from passkit.debug.bisect_patterns import bisect_applications, narrowed
 from passkit.debug.pipeline_file import pipeline_toml
 from passkit.debug.repro import failure_kind
 from passkit.debug.snapshot import snapshot_program
@@ -181,7 +182,6 @@ def bisect_program(
     """Find the first step of ``pipeline`` that makes ``captured`` deviate or fail (and the
     first bad application inside it), and the smallest set of earlier steps that still shows it.
     ``start``: the steps before this position already ran on ``captured``."""
-    from passkit.debug.bisect_patterns import bisect_applications, narrowed
     say = progress or (lambda text: None)
     # Trials judge numerics themselves; facts stay checked so a fact-breaking step is named too.
     quiet = pipeline.with_settings(
