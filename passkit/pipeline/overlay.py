@@ -65,7 +65,9 @@ class DraftStep:
 
     @property
     def location(self) -> str:
-        return f"{self.file}: steps[{self.index}] ({self.pass_.name})"
+        # The id is what the user wrote and can override; the pass says what the step does.
+        named = self.id if self.id == self.pass_.name else f"{self.id}: {self.pass_.name}"
+        return f"{self.file}: steps[{self.index}] ({named})"
 
 
 @dataclass

@@ -255,7 +255,7 @@ OVERLAY_CASES = {
     ),
     "insert a step that breaks a contract": (
         "[[steps]]\npass = 'partition.default'\nid = 'early'\nbefore = 'joint'\n",
-        "over.toml: steps[0] (partition.default): requires fact 'joint', which no earlier step produces; "
+        "over.toml: steps[0] (early: partition.default): requires fact 'joint', which no earlier step produces; "
         "add a 'joint' step before it",
     ),
     "disable an unknown id": (

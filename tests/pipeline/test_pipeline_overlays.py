@@ -125,7 +125,7 @@ def test_steps_insert_before_and_after_ids_and_append_without_anchor(base, write
     assert [step.position for step in pipeline.steps] == list(range(10))
     inserted = pipeline.step("cse.second")
     assert inserted.origin["pass"] == "over.toml"
-    assert inserted.location == "over.toml: steps[1] (fx.cse)"
+    assert inserted.location == "over.toml: steps[1] (cse.second: fx.cse)"
 
 
 def test_an_inserted_step_can_anchor_on_an_earlier_inserted_one(base, write, registry):
