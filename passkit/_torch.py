@@ -23,6 +23,7 @@ from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTens
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch._ops import OpOverload, OpOverloadPacket
 from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # Grad mode as a plain call: what Dynamo and pre-dispatch graphs record for ``no_grad`` blocks.
 set_grad_enabled = torch._C._set_grad_enabled
@@ -116,7 +117,9 @@ def functional_trace(
 
     def functionalized(*flat_args: Any) -> tuple[Any, ...]:
         mutations.clear()
-        with FunctionalTensorMode(pre_dispatch=pre_dispatch, _allow_token_discovery=True):
+        # Post-dispatch only: a pre-dispatch trace keeps dropout whole for a later trace.
+        keep_layout = contextlib.nullcontext() if pre_dispatch else _KeepRandomFillLayout()
+        with FunctionalTensorMode(pre_dispatch=pre_dispatch, _allow_token_discovery=True), keep_layout:
             wrapped = [_to_functional(a) for a in flat_args]
             outs = fn(*wrapped)
         flat_outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
@@ -677,3 +680,41 @@ def mkldnn_disabled() -> Any:
         yield
     finally:
         torch._C._set_mkldnn_enabled(previous)
+
+
+# -- random ops that fill a strided tensor in place ------------------------------------------
+
+
+@torch.library.custom_op(
+    "passkit::bernoulli_in_layout", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,)
+)
+def _bernoulli_in_layout(self: torch.Tensor, p: float) -> torch.Tensor:
+    return torch.empty_strided(self.size(), self.stride(), dtype=self.dtype, device=self.device).bernoulli_(p)
+
+
+@_bernoulli_in_layout.register_fake
+def _(self: torch.Tensor, p: float) -> torch.Tensor:
+    return torch.empty_strided(self.size(), self.stride(), dtype=self.dtype, device=self.device)
+
+
+BERNOULLI_IN_LAYOUT = torch.ops.passkit.bernoulli_in_layout.default
+
+
+class _KeepRandomFillLayout(TorchDispatchMode):
+    """Functionalize ``t.bernoulli_(p)`` on a non-contiguous ``t`` without changing its draws.
+
+    Its functional form ``bernoulli.p`` fills a new contiguous tensor, in logical order; the
+    in-place op on ``t`` fills ``t``'s own layout, in memory order on some CPUs (eager dropout
+    draws into ``empty_like`` of a transposed activation). ``passkit::bernoulli_in_layout``
+    runs the in-place op on a fresh tensor of ``t``'s strides, so it draws what eager draws.
+    The other in-place random ops' functional forms clone ``t`` and keep its layout already.
+    """
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.ops.aten.bernoulli_.float and kwargs.get("generator") is None:
+            target = args[0]
+            if target.layout == torch.strided and not target.is_contiguous():
+                p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+                return target.copy_(BERNOULLI_IN_LAYOUT(target, p))
+        return func(*args, **kwargs)
