@@ -718,3 +718,14 @@ class _KeepRandomFillLayout(TorchDispatchMode):
                 p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
                 return target.copy_(BERNOULLI_IN_LAYOUT(target, p))
         return func(*args, **kwargs)
+
+
+def holds_fake_constants(gm: GraphModule) -> bool:
+    """Whether tracing lifted a fake tensor into ``gm`` as a constant: a value it lost track of.
+
+    A pre-dispatch trace of ``torch.autograd.grad`` inside the function unpacks the saved
+    output of ``exp`` as a new tensor the tracer never saw, and freezes its fake value.
+    """
+    return any(isinstance(value, FakeTensor) for value in gm.__dict__.values()) or any(
+        isinstance(value, FakeTensor) for _, value in gm.named_buffers()
+    )

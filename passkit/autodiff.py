@@ -69,10 +69,18 @@ class JointPlan:
         }
         with program.fake_mode, torch.enable_grad():
             outs = _LeafInterpreter(self.main, self.leaf_nodes).run(*program.example_inputs)
+        # A user output the traced function left without grad (a gradient computed inside it
+        # with ``torch.autograd.grad``) stays without, although the graph computes it from inputs.
+        user_requires_grad = {
+            k: program.signature.outputs[d.index].requires_grad for k, d in enumerate(self.io.outputs) if d.kind == "user"
+        }
         self.diff_outputs = [
             k
             for k, out in enumerate(outs)
-            if isinstance(out, torch.Tensor) and out.requires_grad and (out.is_floating_point() or out.is_complex())
+            if isinstance(out, torch.Tensor)
+            and out.requires_grad
+            and (out.is_floating_point() or out.is_complex())
+            and user_requires_grad.get(k, True)
         ]
         with program.fake_mode:
             self.tangent_examples = [torch.empty_like(outs[k]) for k in self.diff_outputs]

@@ -18,7 +18,12 @@ from passkit.errors import PasskitError
 from passkit.program import Desc, GraphIO, InputInfo, OutputInfo, Program, Signature
 from passkit.traced_autograd import TapeObserver
 
-__all__ = ["program_from_graph", "program_from_function"]
+__all__ = ["LOST_VALUE_ERROR", "program_from_graph", "program_from_function"]
+
+LOST_VALUE_ERROR = (
+    "passkit: tracing the program lost track of a tensor it computes (it became a constant of "
+    'its traced example); compile the function without that part, or use on_error = "eager"'
+)
 
 
 def _input_kind(name: str, value: Any) -> str:
@@ -198,21 +203,27 @@ def program_from_function(
 
     # Pre-dispatch graphs keep no_grad blocks but cannot hold functorch transforms (vmap, grad,
     # jacrev); such programs are captured post-dispatch, where the transforms are inlined.
+    # Nor can they follow ``torch.autograd.grad`` called inside the function (a saved value
+    # comes back as a frozen fake constant); post-dispatch traces follow it.
     try:
         gm = _torch.trace_graph(flat_fn, fakes(), pre_dispatch=True)
-        if not _torch.uses_functorch(gm):
+        if not _torch.uses_functorch(gm) and not _torch.holds_fake_constants(gm):
             return _with_traced_requires_grad(program_from_graph(gm, real_inputs, kinds=kinds), tape)
     except PasskitError:
         raise
     except Exception:  # noqa: BLE001 - the post-dispatch trace below raises the real error
         pass
     gm = _torch.trace_graph(flat_fn, fakes(), pre_dispatch=False)
+    if _torch.holds_fake_constants(gm):
+        raise PasskitError(LOST_VALUE_ERROR)
     return _with_traced_requires_grad(program_from_graph(gm, real_inputs, kinds=kinds), tape)
 
 
 def _with_traced_requires_grad(program: Program, tape: TapeObserver) -> Program:
-    """Outputs need grad as the traced function made them, ``requires_grad_()`` included."""
+    """Outputs need grad as the traced function made them: ``requires_grad_()`` adds the flag
+    where the graph computes it from no input that needs grad, and ``torch.autograd.grad``
+    inside the function clears it where the graph computes the gradient from such inputs."""
     if tape.requires_grad is not None:
         for info, requires_grad in zip(program.signature.outputs, tape.requires_grad):
-            info.requires_grad = info.requires_grad or requires_grad
+            info.requires_grad = requires_grad
     return program

@@ -27,8 +27,13 @@ class PluginError(PasskitError):
     """Plugins disagree: a duplicate pass name, a bad registration record."""
 
 
-class PassError(PasskitError):
-    """A step raised while it ran. The message names the step and the steps before it."""
+class PassError(PasskitError, RuntimeError):
+    """A step raised while it ran. The message names the step and the steps before it.
+
+    Also a ``RuntimeError``, the type torch raises for the same failures in eager and in its own
+    AOT Autograd (``set_()`` then a write through an old view: "cannot mutate tensors with
+    frozen storage"), so code that catches torch's errors catches passkit's too.
+    """
 
 
 class VerificationError(PasskitError):

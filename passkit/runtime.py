@@ -31,6 +31,23 @@ def _output_values(program: Program, graph: str) -> list[Any]:
     return [getattr(arg, "meta", {}).get("val", arg) for arg in output.args[0]]
 
 
+def _mark_non_differentiable(ctx: Any, visible: tuple[Any, ...], slots: Sequence[int]) -> tuple[Any, ...]:
+    """Mark the outputs in ``slots`` non-differentiable, and no other output.
+
+    A code generator may return one tensor object in several slots (Inductor returns ``mul``
+    for both ``mul`` and ``alias(mul)``); marking it would cut the gradient of the slot that
+    needs one, so such a slot gets its own alias first.
+    """
+    ids = [id(v) for v in visible]
+    out = list(visible)
+    for k in slots:
+        value = out[k]
+        if isinstance(value, torch.Tensor) and ids.count(id(value)) > 1:
+            out[k] = value.detach()
+    ctx.mark_non_differentiable(*(out[k] for k in slots if isinstance(out[k], torch.Tensor)))
+    return tuple(out)
+
+
 class _CompiledFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, runtime: CompiledProgram, *args: Any) -> tuple[Any, ...]:  # type: ignore[override]
@@ -42,7 +59,7 @@ class _CompiledFunction(torch.autograd.Function):
             ctx.save_for_backward(*outs[n_visible:])
             visible = tuple(outs[:n_visible])
             if runtime.non_differentiable:
-                ctx.mark_non_differentiable(*(visible[k] for k in runtime.non_differentiable if isinstance(visible[k], torch.Tensor)))
+                visible = _mark_non_differentiable(ctx, visible, runtime.non_differentiable)
             return visible
         saved = list(outs[n_visible:])
         for k in runtime.saved_inputs_to_clone(saved, args):
@@ -53,9 +70,8 @@ class _CompiledFunction(torch.autograd.Function):
         ctx.other_saved = {k: v for k, v in enumerate(saved) if not isinstance(v, torch.Tensor)}
         ctx.n_saved = len(saved)
         visible = tuple(outs[:n_visible])
-        non_diff = [visible[k] for k in runtime.non_differentiable if isinstance(visible[k], torch.Tensor)]
-        if non_diff:
-            ctx.mark_non_differentiable(*non_diff)
+        if runtime.non_differentiable:
+            visible = _mark_non_differentiable(ctx, visible, runtime.non_differentiable)
         return visible
 
     @staticmethod

@@ -100,6 +100,8 @@ class Problem:
     def cut(self, time_weight: int, byte_weight: int) -> Plan:
         """The plan that minimises ``time_weight * time + byte_weight * bytes``."""
         graph = self._network(time_weight, byte_weight)
+        if "source" not in graph or "sink" not in graph:
+            return self.evaluate([])  # the backward reads nothing of the forward (or nothing at all)
         try:
             _, (source_side, _) = nx.minimum_cut(graph, "source", "sink")
         except nx.NetworkXUnbounded:
