@@ -16,6 +16,7 @@ from torch.fx import GraphModule
 from passkit import _torch
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
+from passkit.passes.hidden_mutations import HiddenWrites, find_hidden_writes
 from passkit.program import Desc, GraphIO, Program
 
 __all__ = ["functionalize"]
@@ -36,6 +37,10 @@ def functionalize(program: Program) -> bool:
     if any(d.kind == "mutation" for d in io.outputs):
         return False  # already functional: its mutations are outputs
     names = [n.name for n in main.graph.nodes if n.op == "placeholder"]
+    hidden = HiddenWrites()
+    if program.training:
+        requires_grad = [info.requires_grad for info in program.signature.inputs]
+        hidden = find_hidden_writes(main, list(program.example_inputs), requires_grad, program.fake_mode)
     # oneDNN's fused LSTM layer leaves its backward's workspace empty when the compiled forward
     # runs without grad mode; ATen's unfused cells compute the same values (see joint's forms).
     with _torch.mkldnn_disabled():
@@ -51,7 +56,8 @@ def functionalize(program: Program) -> bool:
         info = program.signature.inputs[mutation.index]
         info.mutates_data = mutation.data
         info.mutates_metadata = mutation.metadata
-        info.mutated_under_no_grad = mutation.under_no_grad
+        # Written only through ``detach()`` counts as under no_grad: the history stays the old one.
+        info.mutated_under_no_grad = mutation.under_no_grad or mutation.index in hidden.inputs
     outputs = [Desc("mutation", m.index) for m in mutations] + list(io.outputs)
     program.set_graph("main", gm, GraphIO(inputs=list(io.inputs), outputs=outputs))
     program.record_stat("mutated_inputs", len(mutations))
