@@ -729,3 +729,10 @@ def holds_fake_constants(gm: GraphModule) -> bool:
     return any(isinstance(value, FakeTensor) for value in gm.__dict__.values()) or any(
         isinstance(value, FakeTensor) for _, value in gm.named_buffers()
     )
+
+
+def is_multi_output_view(value: Any) -> bool:
+    """Whether autograd made ``value`` as one of several views (``unbind``, ``split``)."""
+    if not isinstance(value, torch.Tensor) or not value._is_view():
+        return False
+    return torch._C._autograd._get_creation_meta(value) == torch._C._autograd.CreationMeta.MULTI_OUTPUT_NODE

@@ -81,6 +81,8 @@ class OutputInfo:
     is_input: bool = False
     alias_of_output: int | None = None
     view: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
+    multi_output_view: bool = False  # made by ``unbind``/``split``: autograd forbids writing to it
+    detached: bool = False  # shares an input's memory without being its view (``detach()``)
 
 
 @dataclass

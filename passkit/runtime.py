@@ -209,13 +209,18 @@ class CompiledProgram:
         base = args[info.alias_of_input]
         if info.is_input:
             return base
-        if base.requires_grad and not info.requires_grad:
+        if info.detached or (base.requires_grad and not info.requires_grad):
             base = base.detach()  # ``a.detach()`` returned: shares a's memory, not its history
         size, stride, offset = info.view  # type: ignore[misc]
+        if info.detached and (tuple(base.shape), base.stride(), base.storage_offset()) == (size, stride, offset):
+            return base  # not a view, as eager's
         if isinstance(value, torch.Tensor) and value.dtype != base.dtype:
             alias = _view_in_dtype(base, value, size, stride, offset)
         else:
             alias = base.as_strided(size, stride, offset)
+        if info.multi_output_view:
+            # Made by ``unbind`` as eager's was, so autograd refuses in-place writes to it alike.
+            alias = alias.unsqueeze(0).unbind(0)[0]
         if info.requires_grad and not alias.requires_grad:
             alias.requires_grad_(True)  # ``a.view(-1).requires_grad_()`` on an input that needs no grad
         return alias

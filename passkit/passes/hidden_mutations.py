@@ -42,9 +42,12 @@ class HiddenWrites:
 
 
 def _writes(node: Node) -> bool:
+    """In-place data writes; ``set_`` swaps storage, which ``functionalize`` checks itself."""
+    name = str(getattr(node.target, "__name__", node.target)).split(".")[0]
+    if name.startswith("set_"):
+        return False
     if _torch.mutates(node):
         return True
-    name = getattr(node.target, "__name__", str(node.target))
     return node.op in ("call_function", "call_method") and name.endswith("_") and not name.startswith("_")
 
 
