@@ -140,7 +140,8 @@ def functional_trace(
 
     fake_mode = fake_mode_of(args)
     context = fake_mode if fake_mode is not None else contextlib.nullcontext()
-    with context, fx_traceback.preserve_node_meta():
+    # A graph's no_grad region that raises midway would leave grad mode off for the caller.
+    with context, fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
         gm = make_fx(
             functionalized,
             decomposition_table=decompositions or {},
@@ -327,7 +328,7 @@ def trace_graph(
     """Trace ``fn`` as it is, mutations included; pre-dispatch keeps ``no_grad`` blocks."""
     fake_mode = fake_mode_of(fake_args)
     context = fake_mode if fake_mode is not None else contextlib.nullcontext()
-    with context, fx_traceback.preserve_node_meta():
+    with context, fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
         gm = make_fx(
             fn, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch, record_module_stack=True
         )(*fake_args)

@@ -242,3 +242,4 @@ def test_set__and_data_mutation_bad(tmp_path: Any) -> None:
     with pytest.raises(RuntimeError, match="cannot mutate tensors with frozen storage"):
         compiled = passkit.aot_function(f, pipeline="training-python", repro_dir=str(tmp_path / "repro"))
         compiled(torch.ones(3, 3, requires_grad=True).add(1))
+    assert torch.is_grad_enabled()  # the failed trace left its no_grad region
