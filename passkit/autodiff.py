@@ -21,7 +21,33 @@ from passkit.program import Program
 __all__ = ["JointPlan", "make_joint_fn"]
 
 
+class _CopyInto(torch.autograd.Function):
+    """``dst.copy_(src)`` differentiated as eager does: zeros for the overwritten ``dst``.
+
+    Without it, a gradient that reaches an input only through overwritten values is missing
+    (``None``) where eager gives zeros (``linalg.matrix_power(x, 0)`` copies ``eye`` into a
+    clone of ``x``).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, dst: torch.Tensor, src: Any, non_blocking: bool) -> torch.Tensor:  # type: ignore[override]
+        ctx.src_shape = tuple(src.shape) if isinstance(src, torch.Tensor) else None
+        ctx.src_dtype = src.dtype if isinstance(src, torch.Tensor) else None
+        return torch.empty_like(dst).copy_(src, non_blocking=non_blocking)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        grad_dst = torch.zeros_like(grad) if ctx.needs_input_grad[0] else None
+        grad_src = None
+        if ctx.needs_input_grad[1]:
+            grad_src = grad.real if grad.is_complex() and not ctx.src_dtype.is_complex else grad
+            grad_src = grad_src.to(ctx.src_dtype).sum_to_size(ctx.src_shape)
+        return grad_dst, grad_src, None
+
+
 def _differentiable_copy(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    if isinstance(dst, torch.Tensor) and dst.requires_grad:
+        return _CopyInto.apply(dst, src, non_blocking)
     return torch.empty_like(dst).copy_(src, non_blocking=non_blocking)
 
 

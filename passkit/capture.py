@@ -86,7 +86,7 @@ def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[
             if base is not None or base_output is not None:
                 info.view = (tuple(out.shape), tuple(out.stride()), int(out.storage_offset()))
                 info.multi_output_view = _torch.is_multi_output_view(out)
-                info.detached = base is not None and not out._is_view()
+                info.detached = base is not None and not out._is_view() and not out.requires_grad
         infos.append(info)
     needs_grad = any(isinstance(x, torch.Tensor) and x.requires_grad for x in real_inputs)
     training = torch.is_grad_enabled() and needs_grad and any(o.requires_grad for o in infos)

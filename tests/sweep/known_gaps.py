@@ -8,7 +8,6 @@ from __future__ import annotations
 
 DATA_DEPENDENT = "data-dependent output shape or value; passkit compiles static shapes only (one-line error, on_error='eager' runs it eagerly)"
 SPARSE = "sparse inputs: the runtime wrapper reads strides and storages, which sparse tensors lack"
-ZERO_GRAD = "matrix_power(x, 0): eager's formula gives a zero gradient, passkit's joint finds no path and gives None"
 
 KNOWN_GAPS: dict[str, str] = {
     "combinations": DATA_DEPENDENT + " (masked_select)",
@@ -25,5 +24,4 @@ KNOWN_GAPS: dict[str, str] = {
     "sparse.mm.reduce": SPARSE,
     "sparse.sampled_addmm": SPARSE,
     "to_sparse": SPARSE,
-    "linalg.matrix_power": ZERO_GRAD,
 }

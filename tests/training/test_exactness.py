@@ -241,3 +241,15 @@ def test_data_dependent_op_is_one_line_error_or_eager_fallback() -> None:
     with pytest.warns(RuntimeWarning, match="masked_select"):
         out = passkit.aot_function(fn, pipeline=PIPELINE, on_error="eager")(x)
     torch.testing.assert_close(out, torch.tensor([2.0, 4.0]))
+
+
+def test_values_overwritten_by_copy_get_a_zero_gradient_as_in_eager() -> None:
+    # matrix_power(x, 0) copies eye into a clone of x: eager's copy_ formula gives x zeros, the
+    # functional copy gave no path at all (None).
+    fn = lambda x: torch.linalg.matrix_power(x, 0)  # noqa: E731
+    x = torch.randn(3, 3)
+    expected, expected_grad = _grad(fn, x)
+    out, grad = _grad(passkit.aot_function(fn, pipeline=PIPELINE), x)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grad, expected_grad)
+    assert grad is not None and not grad.any()
