@@ -13,7 +13,10 @@ Run time comes from one of two estimators:
   strides and dtypes, and the best of a few runs is kept. Timings are cached per op, argument
   shapes and device for the life of the process, so each distinct op is measured once.
 
-Views, ``getitem`` and other aliasing ops cost nothing to recompute under both estimators.
+Views, ``getitem`` and other aliasing ops cost nothing to recompute under both estimators. With
+``fused_pointwise`` (a code generator that fuses, such as ``codegen.inductor``), pointwise ops cost
+nothing either: recomputed in the backward they fuse into the kernel that reads their inputs,
+which the backward reads in place of their output.
 """
 
 from __future__ import annotations
@@ -88,6 +91,11 @@ def is_free(node: Node) -> bool:
     return node.op != "call_function" or _aliases_input(node) or node.target is operator.getitem
 
 
+def is_pointwise(node: Node) -> bool:
+    """Elementwise ATen ops (``torch.Tag.pointwise``), which a fusing code generator inlines."""
+    return node.op == "call_function" and torch.Tag.pointwise in getattr(node.target, "tags", ())
+
+
 def _values(args: Any) -> list[Any]:
     flat, _ = _torch.pytree.tree_flatten(args)
     return flat
@@ -111,9 +119,10 @@ class Estimator:
     """Estimated seconds to run one joint-graph node again."""
 
     name: str = "?"
+    fused_pointwise: bool = False
 
     def __call__(self, node: Node) -> float:
-        if is_free(node):
+        if is_free(node) or (self.fused_pointwise and is_pointwise(node)):
             return 0.0
         return self.seconds(node)
 
@@ -203,8 +212,10 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def estimator_for(name: EstimatorName) -> Estimator:
-    return ProfileEstimator() if name == "profile" else FlopsEstimator()
+def estimator_for(name: EstimatorName, *, fused_pointwise: bool = False) -> Estimator:
+    estimator = ProfileEstimator() if name == "profile" else FlopsEstimator()
+    estimator.fused_pointwise = fused_pointwise
+    return estimator
 
 
 def clear_profile_cache() -> None:

@@ -89,6 +89,8 @@ class MinCutOptions(BudgetOptions):
     """An absolute limit on saved bytes ("2GiB", "512MiB", or an integer)."""
     estimator: Literal["flops", "profile"] = "flops"
     """How recompute time is estimated: a FLOP and bandwidth model, or timing each op."""
+    fused_pointwise: bool = False
+    """Pointwise ops cost nothing to recompute: the code generator fuses them (codegen.inductor)."""
     save: list[str] = []
     recompute: list[str] = []
     never_recompute: list[str] = []
@@ -218,7 +220,7 @@ def min_cut(program: Program, **values: Any) -> bool:
     io = program.io("joint")
     forward, required, read = _classify(joint_gm, io)
     rules = _Rules(options, forward)
-    estimate = estimator_for(options.estimator)
+    estimate = estimator_for(options.estimator, fused_pointwise=options.fused_pointwise)
     problem = Problem(
         forward=forward, required=required, read_by_backward=read, time_ns={},
         keep=set(rules.keep), must_recompute=set(rules.recompute), must_save=rules.save,

@@ -2,7 +2,8 @@
 
 Each model (random init, small sizes, every other setting the config's default, so attention
 is SDPA and dropout is on) takes one training step whose loss and every gradient equal eager's,
-and one inference call under ``eval()`` and ``no_grad()``. Two of them also run four batch
+and one inference call under ``eval()`` and ``no_grad()``, through ``training-python``; GPT-2
+also through the default ``training`` (Inductor's kernels). Two of them also run four batch
 sizes through the plain ``torch.compile(backend="passkit")``: one static compile, one symbolic,
 then reuse.
 """
@@ -24,6 +25,7 @@ from zoo import ZOO, ZooModel  # noqa: E402
 pytestmark = pytest.mark.slow
 
 BY_NAME = {model.name: model for model in ZOO}
+EXACT_RANDOM_TRAINING = Path(__file__).parent / "training_exact_random.toml"
 
 
 @pytest.fixture(autouse=True)
@@ -42,12 +44,11 @@ def _output(out: object) -> torch.Tensor:
     return out.logits  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("zoo", ZOO, ids=lambda z: z.name)
-def test_training_step_and_inference_match_eager(zoo: ZooModel) -> None:
+def _train_and_infer_like_eager(zoo: ZooModel, pipeline: str, **tolerance: float) -> list:
     torch.manual_seed(0)
     eager = zoo.build()
     twin = copy.deepcopy(eager)
-    compiled = passkit.compile(twin, pipeline="training-python")
+    compiled = passkit.compile(twin, pipeline=pipeline)
     torch.manual_seed(1)
     inputs = zoo.inputs(2)
     torch.manual_seed(2)  # the same dropout masks
@@ -56,19 +57,34 @@ def test_training_step_and_inference_match_eager(zoo: ZooModel) -> None:
     torch.manual_seed(2)
     actual = compiled(**inputs).loss
     actual.backward()
-    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(actual, expected, **tolerance)
     for (name, p), q in zip(eager.named_parameters(), twin.parameters()):
         if p.grad is None:
             assert q.grad is None, name
             continue
-        torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6, msg=lambda m: f"grad {name}: {m}")
+        torch.testing.assert_close(q.grad, p.grad, **tolerance, msg=lambda m: f"grad {name}: {m}")
     eager.eval()
     twin.eval()
     with torch.no_grad():
-        torch.testing.assert_close(_output(compiled(**inputs)), _output(eager(**inputs)), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(_output(compiled(**inputs)), _output(eager(**inputs)), **tolerance)
     _assert_compiled(compiled.passkit_reports)
     kinds = {report.graph.split(", ")[1] for report in compiled.passkit_reports}
     assert kinds == {"training", "inference"}
+    return compiled.passkit_reports
+
+
+@pytest.mark.parametrize("zoo", ZOO, ids=lambda z: z.name)
+def test_training_step_and_inference_match_eager(zoo: ZooModel) -> None:
+    _train_and_infer_like_eager(zoo, "training-python", rtol=1e-5, atol=1e-6)
+
+
+# The shipped `training` pipeline (Inductor's fused kernels) on the zoo's GPT-2: SDPA, dropout,
+# tied embeddings, a graph break, training and inference graphs. Every model costs a minute of
+# C++ compiling here, so one stands for the zoo in CI; benchmarks/model_zoo.py runs them all.
+# Random numbers come from ATen's generator (`fallback_random`) so dropout draws eager's masks.
+def test_the_default_inductor_pipeline_trains_and_infers_like_eager() -> None:
+    reports = _train_and_infer_like_eager(BY_NAME["gpt2"], str(EXACT_RANDOM_TRAINING), rtol=1e-4, atol=1e-5)
+    assert {report.records[-1].pass_name for report in reports} == {"codegen.inductor"}
 
 
 @pytest.mark.parametrize("name", ["llama", "vit"])

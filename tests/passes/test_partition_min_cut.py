@@ -75,6 +75,20 @@ def test_budget_one_recomputes_only_free_ops_and_saves_no_more_than_default() ->
     assert ours.stats["saved_bytes"] <= default.stats["saved_bytes"]
 
 
+def test_fused_pointwise_recomputes_pointwise_chains_at_no_cost_and_saves_less() -> None:
+    plain = _partition(min_cut, _mlp, _mlp_inputs())
+    fused = _partition(min_cut, _mlp, _mlp_inputs(), fused_pointwise=True)
+    assert fused.stats["recompute_ms"] == 0.0
+    assert set(fused.stats["recomputed"]) == {"free"}
+    # gelu(x @ w1).sin() feeds a matmul: save x @ w1 and recompute gelu and sin in the backward.
+    assert {"aten.gelu.default", "aten.sin.default"} <= set(fused.stats["recomputed"]["free"])
+    assert not {"aten.gelu.default", "aten.sin.default"} & set(plain.stats["recomputed"].get("free", {}))
+    assert fused.stats["saved_bytes"] < plain.stats["saved_bytes"]
+    # A matmul is never pointwise: under a limit it still costs its time.
+    limited = _partition(min_cut, _mlp, _mlp_inputs(), fused_pointwise=True, memory_budget=0.0)
+    assert limited.stats["recompute_ms"] > 0 and "aten.mm.default" in limited.stats["recomputed"]["memory_budget"]
+
+
 def test_budget_zero_saves_the_fewest_bytes_and_lower_budgets_save_less() -> None:
     saved = {b: _partition(min_cut, _mlp, _mlp_inputs(), memory_budget=b).stats for b in BUDGETS}
     # torch saves only inputs at 0; saving the 16 KiB product x @ w1 instead of x and w1 (40 KiB) is smaller.
