@@ -259,7 +259,24 @@ def core_aten_table() -> dict[Any, Callable[..., Any]]:
         name = getattr(op, "_opname", "")
         if op not in table and name.endswith("_functional") and torch.Tag.core not in op.tags:
             table[op] = fn
+    # torch's table lowers empty_like to empty_permuted, which is not Core ATen and which no
+    # torch table lowers further; empty_strided is.
+    table.setdefault(torch.ops.aten.empty_permuted.default, _empty_permuted_as_strided)
     return table
+
+
+def _empty_permuted_as_strided(size: Sequence[Any], physical_layout: Sequence[int], **factory_kwargs: Any) -> torch.Tensor:
+    strides: list[Any] = [0] * len(size)
+    running: Any = 1
+    for dim in reversed(physical_layout):
+        strides[dim] = running
+        running = running * torch.sym_max(size[dim], 1)
+    return torch.ops.aten.empty_strided.default(size, strides, **factory_kwargs)
+
+
+def draws_random_numbers(op: Any) -> bool:
+    """A random op (``bernoulli``, ``rrelu``, attention with dropout): tagged ``nondeterministic_seeded``."""
+    return isinstance(op, OpOverload) and torch.Tag.nondeterministic_seeded in op.tags
 
 
 @functools.cache

@@ -42,6 +42,8 @@ def _in_opset(target: TargetOpset, op: Any, *, before_joint: bool, training: boo
         return True
     if before_joint and training and _torch.has_own_autograd_formula(op):
         return True  # a training program's main keeps these for joint to lower (see decompose)
+    if _torch.draws_random_numbers(op) and op not in target.table:
+        return True  # decompose keeps random ops whole unless `extra` names them (see there)
     if "core_aten" in target.tables:
         return _torch.is_core_aten(op)
     return op not in target.table

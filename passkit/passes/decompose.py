@@ -117,7 +117,7 @@ def _draws_random_numbers(op: Any) -> bool:
     the numbers would differ from eager's; whole, it draws exactly what eager draws, so dropout
     training is reproducible. ``extra`` can still name one to decompose.
     """
-    return isinstance(op, _torch.OpOverload) and torch.Tag.nondeterministic_seeded in op.tags
+    return _torch.draws_random_numbers(op)
 
 
 def main_table(table: dict[Any, Callable[..., Any]], *, training: bool) -> dict[Any, Callable[..., Any]]:

@@ -163,3 +163,21 @@ def test_core_aten_target_is_ops_tagged_core(tmp_path) -> None:
     lowered = passkit.aot_function(fn, pipeline=pipeline('extra = ["aten.var_mean.correction"]'))
     x = torch.randn(4, 3)
     torch.testing.assert_close(lowered(x), fn(x))
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_dropout_on_a_transposed_activation_meets_the_core_aten_fact(tmp_path, order: str) -> None:
+    # Dropout draws into empty_like(x).bernoulli_(p): torch's table lowers empty_like to
+    # empty_permuted (not Core ATen, and lowered by no torch table), and the random op stays
+    # whole on purpose; neither may break the fact.
+    pipeline = _pipeline(tmp_path, '[[steps]]\npass = "decompose"\n', order=order, verify="facts")
+
+    def fn(x, w):
+        return torch.nn.functional.dropout((x @ w).t(), p=0.5, training=True) * 2
+
+    x, w = torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)
+    compiled = passkit.aot_function(fn, pipeline=pipeline)
+    torch.manual_seed(3)
+    out = compiled(x, w)
+    torch.manual_seed(3)
+    torch.testing.assert_close(out, fn(x, w), rtol=0, atol=0)
