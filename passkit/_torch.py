@@ -754,3 +754,22 @@ def is_multi_output_view(value: Any) -> bool:
     if not isinstance(value, torch.Tensor) or not value._is_view():
         return False
     return torch._C._autograd._get_creation_meta(value) == torch._C._autograd.CreationMeta.MULTI_OUTPUT_NODE
+
+# --- reinplacing (the ``reinplace`` pass) -------------------------------------------------------
+
+
+def reinplace_graph(gm: torch.fx.GraphModule, sample_args: Sequence[Any]) -> None:
+    """Run torch's functional-to-in-place pass (``torch.fx.passes.reinplace``) on ``gm``.
+
+    It turns ``b = op(a)`` into ``a.op_()`` where neither ``a`` nor any alias of it is read
+    later, is a graph input or is returned, and removes ``{view}_scatter`` ops the same way.
+    ``sample_args`` may be fake tensors of another mode; the pass re-derives metadata on its own
+    fake mode and leaves it in ``meta`` under ``fake_result``, ``node_idx`` and ``view_of``,
+    which are dropped here.
+    """
+    from torch.fx.passes.reinplace import reinplace
+
+    reinplace(gm, *sample_args)
+    for node in gm.graph.nodes:
+        for key in ("fake_result", "node_idx", "view_of"):
+            node.meta.pop(key, None)

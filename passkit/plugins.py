@@ -60,6 +60,7 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("structured_trace", "passkit.instruments.structured_trace"),
     ("shipped_pipelines", "passkit.passes.shipped_pipelines"),
     ("rewrite", "passkit.passes.rewrite"),
+    ("reinplace", "passkit.passes.reinplace"),
 )
 ESSENTIAL_PLUGINS = ("core_facts", "apply_pass")
 
