@@ -1,21 +1,37 @@
-"""Measure what each built-in pattern set buys: training step time and saved bytes, with and without.
+"""Measure what each post-grad pass and pattern set buys: training step time, saved and allocated bytes.
 
-Contenders are pipelines: ``training-python`` as is, and ``training-python`` with one
-``rewrite`` step (after ``decompose``, pre-grad) applying one set, or all of them. Workloads:
+Contenders, all from ``training-python`` (which ships the ``attention`` rewrite step):
+
+- ``eager``: the model itself;
+- ``shipped``: ``training-python`` as it is;
+- ``-attention``: with its ``attention`` step disabled;
+- ``+gemm``: plus ``fx.cse`` and a ``rewrite`` step with the ``gemm`` set after ``decompose``
+  (pre-grad; ``gemm`` needs each linear's view of a shared activation merged first);
+- ``+noops``: plus a ``rewrite`` step with the ``noops`` set after ``attention``;
+- ``+reinplace``: plus a ``reinplace`` step after ``fx.dce`` (post-grad);
+- ``+all``: the three additions together.
+
+Workloads:
 
 - ``block256``: the d=256, 2-layer transformer stack of ``passkit/examples/transformer.py``
   (``large_stack``: input 8 x 128 x 256);
 - ``gpt2``: Hugging Face GPT-2 at its default config (12 layers, d=768) with
-  ``attn_implementation="eager"``, input ids 2 x 128, ``eval()`` so dropout draws nothing.
+  ``attn_implementation="eager"``, input ids 2 x 128, ``eval()`` so dropout draws nothing;
+- ``llama``: Hugging Face Llama at its default settings (SDPA attention, SiLU MLP, no biases,
+  ``num_key_value_heads`` = heads) with sizes made CPU-sized: 4 layers, d=512, MLP 1408,
+  8 heads, vocabulary 8192; input ids 2 x 128.
 
 Method: each contender compiles its own deep copy of the model (compile time is its first
 step), takes two warm-up steps, then all contenders are timed round by round in an order that
-rotates each round; the median and minimum step times are reported, with the ratio to the
-baseline's median from the same run. ``saved`` is the partition step's ``saved_bytes``: what the
-forward keeps for the backward. ``applied`` is the rewrite step's count.
+rotates each round; the median and minimum step times are reported, with the ratio of medians
+to eager's and to ``shipped``'s from the same run. ``saved`` is the partition step's
+``saved_bytes`` (what the forward keeps for the backward). ``alloc`` and ``peak`` come from one
+extra step under ``torch.profiler`` with ``profile_memory``: bytes the allocator handed out, and
+the most that was live at once. ``applied`` counts rewrites per step (``att``, ``gemm``,
+``noops``) and ops made in-place (``ri``). The load average is printed before and after.
 
-Run: ``python benchmarks/patterns.py [--workloads block256,gpt2] [--rounds N] [--threads 2]
-[--sets attention,noops,constant_fold] [--json OUT]``.
+Run: ``python benchmarks/patterns.py [--workloads block256,gpt2,llama] [--rounds N]
+[--threads 2] [--variants shipped,-attention,+gemm,+noops,+reinplace,+all] [--json OUT]``.
 """
 
 from __future__ import annotations
@@ -32,11 +48,21 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 import passkit
 from passkit.examples import transformer
 
 BASELINE = "training-python"
+
+
+class _Logits(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=ids).logits
 
 
 def _gpt2() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
@@ -46,52 +72,90 @@ def _gpt2() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     config = transformers.GPT2Config()
     config._attn_implementation = "eager"
     model = transformers.GPT2LMHeadModel(config).eval()
+    return _Logits(model), (torch.randint(0, config.vocab_size, (2, 128)),)
 
-    class Logits(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
 
-        def forward(self, ids: torch.Tensor) -> torch.Tensor:
-            return self.model(input_ids=ids).logits
+def _llama() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    import transformers
 
-    return Logits(), (torch.randint(0, config.vocab_size, (2, 128)),)
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=512, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8, vocab_size=8192
+    )
+    model = transformers.LlamaForCausalLM(config)
+    return _Logits(model), (torch.randint(0, config.vocab_size, (2, 128)),)
 
 
 WORKLOADS: dict[str, tuple[Callable[[], Any], int]] = {
     "block256": (transformer.large_stack, 10),
     "gpt2": (_gpt2, 5),
+    "llama": (_llama, 7),
+}
+
+_GEMM = (
+    '[[steps]]\nid = "pre_cse"\npass = "fx.cse"\nafter = "decompose"\n\n'
+    '[[steps]]\nid = "gemm"\npass = "rewrite"\npatterns = ["gemm"]\nafter = "pre_cse"\n\n'
+)
+_NOOPS = '[[steps]]\nid = "noops"\npass = "rewrite"\npatterns = ["noops"]\nafter = "attention"\n\n'
+_REINPLACE = '[[steps]]\npass = "reinplace"\nafter = "fx.dce"\n\n'
+VARIANTS: dict[str, str | None] = {
+    "eager": None,
+    "shipped": "",
+    "-attention": 'disable = ["attention"]\n\n',
+    "+gemm": _GEMM,
+    "+noops": _NOOPS,
+    "+reinplace": _REINPLACE,
+    "+all": _GEMM + _NOOPS + _REINPLACE,
 }
 
 
-def _pipeline(folder: Path, sets: list[str]) -> str:
-    if not sets:
+def _pipeline(folder: Path, label: str, body: str) -> str:
+    if not body:
         return BASELINE
-    name = "-".join(sets)
-    path = folder / f"{name}.toml"
-    patterns = ", ".join(f'"{s}"' for s in sets)
-    path.write_text(
-        f'[pipeline]\nname = "{name}"\nextends = "{BASELINE}"\n\n'
-        f'[[steps]]\npass = "rewrite"\npatterns = [{patterns}]\nafter = "decompose"\n'
-    )
+    path = folder / f"{label.strip('+-')}.toml"
+    head, steps = (body, "") if body.startswith("disable") else ("", body)
+    path.write_text(f'[pipeline]\nname = "{label.strip("+-")}"\nextends = "{BASELINE}"\n{head}\n{steps}')
     return str(path)
 
 
-def _stat(compiled: Any, pass_name: str, key: str) -> Any:
-    for report in compiled.passkit_reports:
-        for record in report.records:
-            if record.pass_name.startswith(pass_name) and key in record.stats:
-                return record.stats[key]
-    return None
+def _records(compiled: Any) -> list[Any]:
+    return [record for report in getattr(compiled, "passkit_reports", []) for record in report.records]
+
+
+def _saved_bytes(compiled: Any) -> int | None:
+    found = [r.stats["saved_bytes"] for r in _records(compiled) if r.pass_name.startswith("partition") and "saved_bytes" in r.stats]
+    return sum(found) if found else None
+
+
+def _applied(compiled: Any) -> str:
+    parts = []
+    for record in _records(compiled):
+        if record.pass_name == "rewrite" and record.status == "ran":
+            parts.append(f"{record.id[:5]}={record.stats.get('rewrites', 0)}")
+        elif record.pass_name == "reinplace" and record.status == "ran":
+            parts.append(f"ri={record.stats.get('reinplaced', 0)}")
+    return " ".join(parts) or "-"
+
+
+def _memory(step: Callable[[], Any]) -> tuple[int, int]:
+    """(bytes allocated, peak live bytes) over one call of ``step``, from the profiler's events."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = sorted((e for e in prof.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start)
+    live = peak = allocated = 0
+    for event in events:
+        live += event.self_cpu_memory_usage
+        peak, allocated = max(peak, live), allocated + max(event.self_cpu_memory_usage, 0)
+    return allocated, peak
 
 
 class Contender:
-    def __init__(self, label: str, pipeline: str, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+    def __init__(self, label: str, pipeline: str | None, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
         self.label = label
         self.model = copy.deepcopy(model)
         self.inputs = inputs
         started = time.perf_counter()
-        self.compiled = passkit.aot_module(self.model, pipeline=pipeline)
+        self.compiled = self.model if pipeline is None else passkit.aot_module(self.model, pipeline=pipeline, cache="off")
         self.step()
         self.compile_s = time.perf_counter() - started
         self.times: list[float] = []
@@ -107,14 +171,15 @@ class Contender:
         self.times.append(time.perf_counter() - started)
 
 
-def run(workload: str, sets: list[str], rounds: int | None, folder: Path) -> list[dict[str, Any]]:
+def run(workload: str, variants: list[str], rounds: int | None, folder: Path) -> list[dict[str, Any]]:
     factory, default_rounds = WORKLOADS[workload]
     model, inputs = factory()
-    variants = [("baseline", [])] + [(s, [s]) for s in sets] + ([("all", sets)] if len(sets) > 1 else [])
+    labels = ["eager"] + [v for v in variants if v != "eager"]
     contenders = []
-    for label, chosen in variants:
+    for label in labels:
         print(f"  compiling {workload}/{label} ...", file=sys.stderr, flush=True)
-        contenders.append(Contender(label, _pipeline(folder, chosen), model, inputs))
+        body = VARIANTS[label]
+        contenders.append(Contender(label, None if body is None else _pipeline(folder, label, body), model, inputs))
     for contender in contenders:
         for _ in range(2):
             contender.step()
@@ -123,51 +188,64 @@ def run(workload: str, sets: list[str], rounds: int | None, folder: Path) -> lis
         shift = index % len(contenders)
         for contender in contenders[shift:] + contenders[:shift]:
             contender.timed_step()
-        print(f"  round {index + 1}/{total}", file=sys.stderr, flush=True)
-    base = statistics.median(contenders[0].times)
+        print(f"  round {index + 1}/{total}, load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
+    medians = {c.label: statistics.median(c.times) for c in contenders}
     rows = []
     for contender in contenders:
-        median = statistics.median(contender.times)
+        allocated, peak = _memory(contender.step)
+        median = medians[contender.label]
         rows.append(
             {
                 "workload": workload,
                 "variant": contender.label,
                 "median_ms": median * 1000,
                 "min_ms": min(contender.times) * 1000,
-                "ratio": median / base,
-                "saved_bytes": _stat(contender.compiled, "partition", "saved_bytes"),
-                "applied": _stat(contender.compiled, "rewrite", "rewrites"),
+                "vs_eager": median / medians["eager"],
+                "vs_shipped": median / medians["shipped"] if "shipped" in medians else None,
+                "saved_bytes": _saved_bytes(contender.compiled),
+                "allocated_bytes": allocated,
+                "peak_bytes": peak,
+                "applied": _applied(contender.compiled),
                 "compile_s": contender.compile_s,
             }
         )
     return rows
 
 
+def _mib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:.1f}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--workloads", default="block256,gpt2")
-    parser.add_argument("--sets", default="attention,noops,constant_fold")
+    parser.add_argument("--workloads", default="block256,gpt2,llama")
+    parser.add_argument("--variants", default="shipped,-attention,+gemm,+noops,+reinplace,+all")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variant {unknown[0]!r} (known: {', '.join(VARIANTS)})")
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}",
-        flush=True,
-    )
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}", flush=True)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
         for workload in args.workloads.split(","):
-            rows += run(workload, args.sets.split(","), args.rounds, Path(folder))
-    header = f"{'workload':<9} {'variant':<14} {'median ms':>10} {'min ms':>9} {'ratio':>6} {'saved MiB':>10} {'applied':>8} {'compile s':>9}"
+            rows += run(workload, args.variants.split(","), args.rounds, Path(folder))
+    print(f"load after: {os.getloadavg()[0]:.1f}")
+    header = (
+        f"{'workload':<9} {'variant':<11} {'median ms':>10} {'min ms':>9} {'/eager':>7} {'/shipped':>8} "
+        f"{'saved MiB':>9} {'alloc MiB':>9} {'peak MiB':>8} {'compile s':>9}  applied"
+    )
     print(header)
     for r in rows:
-        saved = "-" if r["saved_bytes"] is None else f"{r['saved_bytes'] / 2**20:.2f}"
+        shipped = "-" if r["vs_shipped"] is None else f"{r['vs_shipped']:.3f}"
         print(
-            f"{r['workload']:<9} {r['variant']:<14} {r['median_ms']:>10.1f} {r['min_ms']:>9.1f} "
-            f"{r['ratio']:>6.3f} {saved:>10} {r['applied'] if r['applied'] is not None else '-':>8} {r['compile_s']:>9.1f}"
+            f"{r['workload']:<9} {r['variant']:<11} {r['median_ms']:>10.1f} {r['min_ms']:>9.1f} {r['vs_eager']:>7.3f} "
+            f"{shipped:>8} {_mib(r['saved_bytes']):>9} {_mib(r['allocated_bytes']):>9} {_mib(r['peak_bytes']):>8} "
+            f"{r['compile_s']:>9.1f}  {r['applied']}"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))

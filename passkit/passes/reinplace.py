@@ -13,8 +13,8 @@ The analysis is torch's own (``torch.fx.passes.reinplace``, through ``passkit._t
 adds two guards that torch's pass does not make, so that no later op sees a tensor other than
 the one its metadata describes and no numerics change:
 
-- an op whose input has another shape or stride than its result stays functional (an in-place
-  op keeps its input's layout, and torch only compares element counts);
+- an op whose input has another shape, stride or storage offset than its result stays
+  functional (an in-place op keeps its input's layout, and torch only compares element counts);
 - random ops stay functional (an in-place draw need not consume the generator the same way).
 
 The graphs stop being ``functional`` (the pass invalidates that fact), so ``validate`` rejects
@@ -46,7 +46,8 @@ __all__ = ["reinplace"]
 def _layout(value: Any) -> tuple[Any, ...] | None:
     if not isinstance(value, torch.Tensor):
         return None
-    return (tuple(value.shape), tuple(value.stride()), value.dtype)
+    # The offset too: a later as_strided addresses the storage from the offset its input had.
+    return (tuple(value.shape), tuple(value.stride()), value.storage_offset(), value.dtype)
 
 
 def _must_stay_functional(node: Node) -> bool:

@@ -177,3 +177,32 @@ def test_a_step_needing_functional_graphs_after_it_is_rejected_when_the_file_loa
     assert str(caught.value) == (
         f"{path}: steps[1] (rewrite): requires fact 'functional', which the earlier step 'reinplace' invalidates"
     )
+
+
+def test_symbolic_shapes_are_skipped_and_reported(tmp_path) -> None:
+    torch.manual_seed(0)
+    model, x = _ReadsItsInputTwice(), torch.randn(3, 16)
+    pipeline = _pipeline(tmp_path, "training-python")
+    backend = passkit.backend(pipeline=pipeline, cache="off", repro_dir=str(tmp_path / "repro"))
+    compiled = torch.compile(copy.deepcopy(model), backend=backend, dynamic=True)
+    start = len(passkit.reports())
+    torch.testing.assert_close(compiled(x), model(x))
+    (stats,) = [rec.stats for rep in passkit.reports()[start:] for rec in rep.records if rec.pass_name == "reinplace"]
+    assert stats == {
+        "reinplaced": 0, "scatters_removed": 0, "bytes_not_allocated": 0,
+        "skipped": {"forward": "symbolic shapes", "backward": "symbolic shapes"},
+    }
+
+
+def test_an_input_at_another_storage_offset_stays_functional(make_program) -> None:
+    from passkit.passes.reinplace import reinplace
+
+    def rows_after_the_first(x):
+        return (x * 2)[1:] + 1  # the slice starts one row into the product's storage
+
+    x = torch.randn(6, 8)
+    program = make_program(rows_after_the_first, x)
+    reinplace.run(program, reinplace.options_model())
+    code = program.graphs["main"].code
+    assert "aten.mul.Tensor(" in code and "aten.add.Tensor(" in code and "add_" not in code, code
+    assert torch.equal(program.graphs["main"](x)[0], rows_after_the_first(x))

@@ -11,6 +11,13 @@ Forms matched (q, k, v of rank 4, ``k`` transposed in the product):
   another constant mask is passed as its negation, but only when no row is fully masked (eager
   gives NaN there, fused kernels need not).
 
+Dropout on the probabilities (``dropout(softmax(...)) @ v``, HF models in ``train()``) is
+deliberately not matched while it draws: SDPA draws its mask inside its kernel (Philox on
+CUDA, its own draw order in the CPU math path), so seeded training would stop reproducing
+eager's masks, a change a user can see beyond float rounding. A dropout that draws nothing
+(``p = 0``, ``training=False``, ``eval()``) leaves no op in the graph, and its form is matched as
+the plain one. tests/patterns/sets/test_set_attention_dropout.py shows both.
+
 The replacement is one ``scaled_dot_product_attention`` node: before ``joint`` autograd
 differentiates it with its fused backward, which saves no S×S probabilities. The patterns'
 ``keep`` names SDPA and the kernels it dispatches to, so ``joint`` (which lowers through the
