@@ -48,10 +48,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from torch.profiler import ProfilerActivity, profile
-
 import passkit
 from passkit.examples import transformer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from allocations import allocations  # noqa: E402
 
 BASELINE = "training-python"
 
@@ -137,18 +138,6 @@ def _applied(compiled: Any) -> str:
     return " ".join(parts) or "-"
 
 
-def _memory(step: Callable[[], Any]) -> tuple[int, int]:
-    """(bytes allocated, peak live bytes) over one call of ``step``, from the profiler's events."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    events = sorted((e for e in prof.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start)
-    live = peak = allocated = 0
-    for event in events:
-        live += event.self_cpu_memory_usage
-        peak, allocated = max(peak, live), allocated + max(event.self_cpu_memory_usage, 0)
-    return allocated, peak
-
-
 class Contender:
     def __init__(self, label: str, pipeline: str | None, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
         self.label = label
@@ -192,7 +181,7 @@ def run(workload: str, variants: list[str], rounds: int | None, folder: Path) ->
     medians = {c.label: statistics.median(c.times) for c in contenders}
     rows = []
     for contender in contenders:
-        allocated, peak = _memory(contender.step)
+        allocated, peak = allocations(contender.step)
         median = medians[contender.label]
         rows.append(
             {

@@ -1,7 +1,8 @@
 """reinplace: functional ops become in-place where nothing else reads their input.
 
 Measured, not assumed: one step runs under torch's profiler with ``profile_memory`` and the
-bytes the ATen allocator hands out (and the peak of what is live) are summed from its events.
+bytes the ATen allocator hands out (and the peak of what is live) are summed from its events
+(tests/allocations.py).
 Results stay bitwise equal to the same pipeline without the step, and close to eager.
 """
 
@@ -14,7 +15,7 @@ from typing import Any, Callable
 
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile
+from allocations import allocations
 
 import passkit
 
@@ -38,18 +39,6 @@ def _pipeline(tmp_path: Path, base: str, *, after: str = "fx.dce") -> str:
     return str(path)
 
 
-def _memory(step: Callable[[], Any]) -> tuple[int, int]:
-    """(peak live bytes, bytes allocated) over one call of ``step``, from the profiler's events."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    events = sorted((e for e in prof.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start)
-    live = peak = allocated = 0
-    for event in events:
-        live += event.self_cpu_memory_usage
-        peak, allocated = max(peak, live), allocated + max(event.self_cpu_memory_usage, 0)
-    return peak, allocated
-
-
 def _stats(compiled: Any) -> dict[str, Any]:
     return next(rec.stats for rep in compiled.passkit_reports for rec in rep.records if rec.pass_name == "reinplace")
 
@@ -69,8 +58,8 @@ def test_a_training_step_allocates_half_the_bytes_with_bitwise_equal_results(tmp
             return out
 
         out = step()
-        runs[label] = (out, [p.grad for p in twin.parameters()], _memory(step), compiled)
-    (out_f, grads_f, (peak_f, alloc_f), _), (out_r, grads_r, (peak_r, alloc_r), compiled) = runs.values()
+        runs[label] = (out, [p.grad for p in twin.parameters()], allocations(step), compiled)
+    (out_f, grads_f, (alloc_f, peak_f), _), (out_r, grads_r, (alloc_r, peak_r), compiled) = runs.values()
     assert torch.equal(out_r, out_f) and all(torch.equal(a, b) for a, b in zip(grads_r, grads_f))
     expected = model(x)
     expected.square().mean().backward()
@@ -94,8 +83,8 @@ def test_an_inference_call_peaks_lower(tmp_path) -> None:
         for pipeline in ("inference-python", _pipeline(tmp_path, "inference-python")):
             compiled = passkit.aot_module(copy.deepcopy(model), pipeline=pipeline, cache="off")
             outs.append(compiled(x))
-            figures.append(_memory(lambda: compiled(x)))
-    (peak_f, alloc_f), (peak_r, alloc_r) = figures
+            figures.append(allocations(lambda: compiled(x)))
+    (alloc_f, peak_f), (alloc_r, peak_r) = figures
     assert torch.equal(outs[1], outs[0])
     torch.testing.assert_close(outs[1], expected)
     # Measured: peak 524,296 -> 393,224 bytes (x0.75), allocated 1,245,216 -> 426,028 (x0.34):
