@@ -6,8 +6,8 @@ code generation. ``b = add(a, c)`` becomes ``a.add_(c)`` (and later readers of `
 ``a``) when ``a`` and every alias of it is read by nothing after the op, is not a graph input
 (parameters, user inputs, saved values and tangents the backward receives are all inputs), and
 is not returned (user outputs, saved values). A ``{view}_scatter`` whose base dies with it
-becomes a copy into a view of that base. Each such op allocates nothing, so peak memory and
-allocator traffic fall; values are bitwise the same.
+becomes a copy into a view of that base. Each such op allocates nothing, so allocator traffic
+falls, and the peak too where a chain of such ops is the peak; values are bitwise the same.
 
 The analysis is torch's own (``torch.fx.passes.reinplace``, through ``passkit._torch``). passkit
 adds two guards that torch's pass does not make, so that no later op sees a tensor other than
@@ -20,9 +20,10 @@ the one its metadata describes and no numerics change:
 The graphs stop being ``functional`` (the pass invalidates that fact), so ``validate`` rejects
 a pipeline that puts a step needing it (``joint``, ``decompose``, ``rewrite``) after this one.
 
-Before ``codegen.inductor`` it buys nothing: Inductor's scheduler already reuses dying buffers
-in place ("inplace" buffer reuse in its wrapper code); use it with ``codegen.python`` or another
-code generator that runs each graph op as one ATen call. The report row gives ``reinplaced``
+Use it with ``codegen.python`` or another code generator that runs each graph op as one ATen
+call. Before ``codegen.inductor`` it works (a GELU MLP trains to the same results) but is not
+expected to help, and was not measured: Inductor reuses dying buffers itself (its
+``inplace_buffers`` and ``allow_buffer_reuse`` options). The report row gives ``reinplaced``
 (ops made in-place), ``scatters_removed`` and ``bytes_not_allocated`` (the sum of their result
 sizes), and ``skipped`` graphs with the reason.
 """
@@ -88,12 +89,12 @@ def _cannot_take_result(operand: Any, node: Node, order: dict[Node, int]) -> boo
     )
 
 
-def _put_dying_operand_first(gm: GraphModule) -> int:
+def _put_dying_operand_first(gm: GraphModule) -> list[Node]:
     """``add(x, t)`` / ``mul(x, t)`` where only ``t`` can be overwritten become ``add(t, x)``:
     torch's pass only ever reuses the first operand. IEEE addition and multiplication are
-    commutative, so values are bitwise the same; ``alpha`` must be 1."""
+    commutative, so values are bitwise the same; ``alpha`` must be 1. Returns the swapped nodes."""
     order = {node: index for index, node in enumerate(gm.graph.nodes)}
-    swapped = 0
+    swapped = []
     for node in gm.graph.nodes:
         if node.target not in _COMMUTATIVE or len(node.args) != 2 or node.kwargs.get("alpha", 1) != 1:
             continue
@@ -102,7 +103,7 @@ def _put_dying_operand_first(gm: GraphModule) -> int:
             continue
         if _cannot_take_result(first, node, order):
             node.args = (second, first)
-            swapped += 1
+            swapped.append(node)
     return swapped
 
 
@@ -133,7 +134,7 @@ def _reinplace_graph(gm: GraphModule) -> tuple[int, int, int, str | None]:
     if any(v is None for v in sample):
         return 0, 0, 0, "an input without meta['val']"
     before = {n: n.target for n in gm.graph.nodes if n.op == "call_function"}
-    _put_dying_operand_first(gm)
+    swapped = _put_dying_operand_first(gm)
     shielded = {n: n.target for n in before if _must_stay_functional(n)}
     for node, op in shielded.items():
         node.target = _shielded(op)
@@ -142,6 +143,9 @@ def _reinplace_graph(gm: GraphModule) -> tuple[int, int, int, str | None]:
     finally:
         for node, op in shielded.items():
             node.target = op
+        for node in swapped:
+            if node.target is before[node]:  # not reinplaced after all: the graph stays as it was
+                node.args = tuple(reversed(node.args))
         gm.recompile()
     remaining = {n for n in gm.graph.nodes if n.op == "call_function"}
     made_inplace = [n for n, target in before.items() if n in remaining and n.target is not target]
@@ -152,7 +156,7 @@ def _reinplace_graph(gm: GraphModule) -> tuple[int, int, int, str | None]:
 
 @graph_pass("reinplace", requires={"functional"}, invalidates={"functional"})
 def reinplace(program: Program, *, graphs: list[str] | None = None) -> bool:
-    """Make functional ops in-place where nothing else reads their input (post-grad; lowers peak memory)."""
+    """Make functional ops in-place where nothing else reads their input (post-grad; fewer bytes allocated)."""
     if "joint" in program.graphs or (program.training and "main" in program.graphs):
         found = "joint" if "joint" in program.graphs else "main"
         raise PassError(

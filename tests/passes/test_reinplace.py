@@ -195,3 +195,19 @@ def test_an_input_at_another_storage_offset_stays_functional(make_program) -> No
     code = program.graphs["main"].code
     assert "aten.mul.Tensor(" in code and "aten.add.Tensor(" in code and "add_" not in code, code
     assert torch.equal(program.graphs["main"](x)[0], rows_after_the_first(x))
+
+
+def test_a_sum_with_an_input_first_writes_into_the_operand_that_dies(make_program) -> None:
+    from passkit.passes.reinplace import reinplace
+
+    def input_plus_product(x, w):
+        return x + w * 2  # x is an input: only the product can take the sum
+
+    x, w = torch.randn(4, 8), torch.randn(4, 8)
+    program = make_program(input_plus_product, x, w)
+    reinplace.run(program, reinplace.options_model())
+    code = program.graphs["main"].code
+    assert "torch.ops.aten.add_.Tensor(mul, arg0_1)" in code, code
+    x_before = x.clone()
+    assert torch.equal(program.graphs["main"](x, w)[0], input_plus_product(x, w))
+    assert torch.equal(x, x_before)
