@@ -755,6 +755,7 @@ def is_multi_output_view(value: Any) -> bool:
         return False
     return torch._C._autograd._get_creation_meta(value) == torch._C._autograd.CreationMeta.MULTI_OUTPUT_NODE
 
+
 # --- reinplacing (the ``reinplace`` pass) -------------------------------------------------------
 
 
