@@ -53,6 +53,10 @@ __all__ = [
     "AUTOGRAD_SEMANTIC_OPS",
     "is_core_aten",
     "size_hint",
+    "static_input_specs",
+    "fakes_with_shape_env",
+    "inductor_config_digest",
+    "inductor_cache_counts",
     "no_fake_mode",
     "propagate_fake_values",
 ]
@@ -591,6 +595,11 @@ def inductor_compile(
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     output.meta["user_visible_output_idxs"] = list(user_visible_output_idxs)
     fake_mode = fake_mode_of(example_inputs) or new_fake_mode()
+    if fake_mode.shape_env is None:  # Inductor's FX graph cache bypasses graphs without one
+        specs = static_input_specs(example_inputs)
+        if specs is not None:
+            example_inputs = fakes_with_shape_env(specs)
+            fake_mode = fake_mode_of(example_inputs) or fake_mode
     # A context of our own: inside a Dynamo backend the ambient one carries Dynamo's fake mode.
     with inductor_config.patch(config_patches), tracing(TracingContext(fake_mode)):
         with TracingContext.report_output_strides() as strides:
@@ -655,6 +664,83 @@ def inductor_callable(compiled: Any) -> Callable[[list[Any]], Any]:
     if direct is not None and device_types <= {"cpu"}:
         return direct
     return compiled
+
+
+# -- Inductor's FX graph cache (codegen.inductor's compile-cache form) -----------------------
+
+
+def static_input_specs(values: Sequence[Any]) -> list[Any] | None:
+    """Picklable descriptions of graph inputs: for a tensor ``(size, stride, storage_offset,
+    dtype, device, requires_grad)``, any other value as it is; None when a size is symbolic."""
+    specs: list[Any] = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            parts = [*value.shape, *value.stride(), value.storage_offset()]
+            if any(isinstance(p, torch.SymInt) for p in parts):
+                return None
+            specs.append(("tensor", tuple(value.shape), tuple(value.stride()), int(value.storage_offset()),
+                          value.dtype, value.device, bool(value.requires_grad)))
+        elif isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return None
+        else:
+            specs.append(("value", value))
+    return specs
+
+
+def fakes_with_shape_env(specs: Sequence[Any]) -> list[Any]:
+    """Fresh fake tensors for ``static_input_specs`` in a fake mode with a (static) shape
+    environment, which Inductor's FX graph cache needs to key and look up a graph."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
+    values: list[Any] = []
+    with mode:
+        for spec in specs:
+            if spec[0] != "tensor":
+                values.append(spec[1])
+                continue
+            _, size, stride, offset, dtype, device, requires_grad = spec
+            extent = offset + (1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0)
+            value = torch.empty(max(extent, 1), dtype=dtype, device=device).as_strided(size, stride, offset)
+            values.append(value.requires_grad_(requires_grad) if requires_grad else value)
+    return values
+
+
+def _portable(value: Any) -> Any:
+    """A config value as stable text: objects by ``uuid()`` or qualified name, never address."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [_portable(v) for v in value]
+        return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
+    if isinstance(value, dict):
+        return {str(k): _portable(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    uuid = getattr(value, "uuid", None)
+    if callable(uuid):
+        return ["uuid", str(uuid())]
+    kind = value if isinstance(value, type) or callable(value) else type(value)
+    return ["object", getattr(kind, "__module__", ""), getattr(kind, "__qualname__", repr(kind))]
+
+
+def inductor_config_digest(config_patches: dict[str, Any]) -> str:
+    """sha256 of Inductor's whole config (as FX graph cache keys see it) with ``config_patches``
+    applied: what else, besides the graph, decides what Inductor generates."""
+    import hashlib
+    import json
+
+    from torch._inductor import config as inductor_config
+
+    with inductor_config.patch(config_patches):
+        portable = _portable(inductor_config.save_config_portable())
+    return hashlib.sha256(json.dumps(portable, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+def inductor_cache_counts() -> dict[str, int]:
+    """This process's Inductor FX graph cache hits, misses and bypasses so far."""
+    from torch._dynamo.utils import counters
+
+    found = counters["inductor"]
+    return {kind: int(found.get(f"fxgraph_cache_{kind}", 0)) for kind in ("hit", "miss", "bypass")}
 
 
 # -- autograd formulas ----------------------------------------------------------------------

@@ -10,6 +10,8 @@ instead of running the steps. The key (``cache_key``) covers everything that dec
   which steps or pattern applications run);
 - the captured graphs' code, the values of constants they hold, the input metadata (shape,
   stride, dtype, device, ``requires_grad``; symbolic sizes by name) and the signature;
+- what a step's ``cache_context`` names outside the program and options (``codegen.inductor``:
+  a digest of Inductor's global config with the step's settings applied);
 - the torch, Python and passkit versions, and the device.
 
 An entry is one file ``<key>.entry`` under ``cache_dir()`` (``PASSKIT_CACHE_DIR``, else the
@@ -29,8 +31,8 @@ Compiled callables are stored as follows (the hook point for code generators):
   that reloads different code is worse than one that compiles again;
 - any other callable is stored if it has a ``passkit_cache_payload()`` method returning
   ``(loader, data)``: ``loader`` is a ``"module:function"`` string and ``data`` picklable;
-  loading calls ``function(data)`` to get the callable back. A codegen pass (for example
-  ``codegen.inductor``) wraps its compiled artifact in such an object. A method returning
+  loading calls ``function(data)`` to get the callable back. ``codegen.inductor`` gives its
+  compiled graphs one (``passkit.passes.codegen_inductor_cache``). A method returning
   ``None`` opts out for that program, and so does a callable with neither form: the program
   then compiles every time (``cache_info`` still works).
 
@@ -182,6 +184,8 @@ def cache_key(pipeline: Pipeline, program: Program, *, plugins: Iterable[str] = 
     parts = {
         "format": FORMAT,
         "pipeline": pipeline.fingerprint(),
+        "contexts": [[step.id, step.pass_.cache_context(step.options)]
+                     for step in pipeline.steps if step.pass_.cache_context is not None],
         "plugins": sorted(plugins),
         "graphs": _graphs_digest(program),
         "inputs": [_tensor_meta(x) for x in program.example_inputs],

@@ -54,6 +54,9 @@ class Pass:
     doc: str = ""
     tolerance: tuple[float, float] | None = None  # (rtol, atol) this pass's results may differ by
     takes_context: bool = False  # the function has a keyword-only ``context`` (the StepContext)
+    # State outside the program and the options that decides the output (a code generator's
+    # global config): ``cache_context(options) -> str`` joins the compile cache key.
+    cache_context: Callable[[Any], str] | None = None
 
     @property
     def summary(self) -> str:
@@ -195,6 +198,7 @@ def graph_pass(
     training_only: bool = False,
     version: str = "1",
     tolerance: tuple[float, float] | None = None,
+    cache_context: Callable[[Any], str] | None = None,
 ) -> Callable[[Callable[..., Any]], Pass]:
     """Declare a pass. Its keyword-only parameters become its options.
 
@@ -207,6 +211,9 @@ def graph_pass(
 
     ``tolerance=(rtol, atol)`` declares how far the pass's results may be from eager's (an
     approximation by design); numerics checks of a pipeline that runs it use at least that.
+    ``cache_context(options) -> str`` names state outside the program and options that changes
+    the pass's output (``codegen.inductor``: Inductor's global config); the compile cache key
+    includes it, read at each compile.
     """
     if not PASS_NAME_RE.match(name):
         raise ValueError(f"invalid pass name {name!r}: use lowercase dotted words such as 'acme.fold_neg'")
@@ -230,6 +237,7 @@ def graph_pass(
             doc=textwrap.dedent(fn.__doc__ or ""),
             tolerance=None if tolerance is None else (float(tolerance[0]), float(tolerance[1])),
             takes_context=_takes_context(fn),
+            cache_context=cache_context,
         )
 
     return decorate

@@ -1,13 +1,16 @@
 """A child process for the compile cache tests: compile a small model, train one step, report.
 
-Prints one JSON line: whether the compile was a cache hit, how many passes ran, and the outputs
-and gradients as lists, so the parent can compare processes exactly. With ``--hang-in-write``
+Prints one JSON line: whether the compile was a cache hit, how many passes ran, how often
+Inductor's FX graph cache hit, missed or was bypassed, and the outputs and gradients as lists
+(the compiled model's and eager's), so the parent can compare processes exactly.
+``CHILD_PIPELINE`` names the pipeline (default ``training-python``). With ``--hang-in-write``
 it stops inside the cache write (after the temporary file is filled, before the rename), prints
 ``writing``, and waits to be killed. ``compile_and_report`` also runs in-process.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -16,6 +19,7 @@ import time
 import torch
 
 import passkit
+from passkit import _torch
 from passkit.pass_api import Pass
 
 
@@ -33,6 +37,9 @@ def compile_and_report() -> dict:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.GELU(), torch.nn.LayerNorm(8), torch.nn.Linear(8, 3))
         x = torch.randn(5, 6)
+        eager = copy.deepcopy(model)
+        eager_out = eager(x)
+        eager_out.sum().backward()
         compiled = passkit.compile(model, pipeline=os.environ.get("CHILD_PIPELINE", "training-python"))
         out = compiled(x)
         out.sum().backward()
@@ -41,8 +48,11 @@ def compile_and_report() -> dict:
     return {
         "cache": compiled.passkit_reports[0].cache,
         "passes_run": len(runs),
+        "inductor": _torch.inductor_cache_counts(),
         "out": out.detach().tolist(),
         "grads": [p.grad.tolist() for p in model.parameters()],
+        "eager_out": eager_out.detach().tolist(),
+        "eager_grads": [p.grad.tolist() for p in eager.parameters()],
     }
 
 

@@ -32,9 +32,9 @@ def _child_env(cache: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _run_child(cache: Path, *args: str) -> dict:
-    done = subprocess.run([sys.executable, str(CHILD), *args], env=_child_env(cache), capture_output=True,
-                          text=True, timeout=600)
+def _run_child(cache: Path, *args: str, pipeline: str = "training-python") -> dict:
+    done = subprocess.run([sys.executable, str(CHILD), *args], env=_child_env(cache, CHILD_PIPELINE=pipeline),
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -50,6 +50,28 @@ def test_a_second_process_loads_the_compiled_program_and_computes_the_same(tmp_p
     steps = len(passkit.load_pipeline("training-python").steps)
     assert cold["passes_run"] == steps and warm["passes_run"] == 0  # the hit ran no pass at all
     assert (warm["out"], warm["grads"]) == (cold["out"], cold["grads"])
+    assert len(_entries(tmp_path)) == 1
+
+
+@pytest.mark.slow
+def test_a_second_process_loads_inductor_code_without_running_any_stage_or_inductor_codegen(tmp_path: Path,
+                                                                                           monkeypatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv("CHILD_PIPELINE", "training")
+    cold = compile_and_report()  # in this process: one interpreter start less
+    warm = _run_child(tmp_path, pipeline="training")
+    assert (cold["cache"], warm["cache"]) == ("", "hit")
+    steps = len(passkit.load_pipeline("training").steps)
+    assert cold["passes_run"] == steps and warm["passes_run"] == 0
+    # Inductor's inner compile ran for the forward and the backward, and found both in its own
+    # FX graph cache (the cold process compiled with the same graphs and inputs): no codegen.
+    assert warm["inductor"] == {"hit": 2, "miss": 0, "bypass": 0}
+    assert (warm["out"], warm["grads"]) == (cold["out"], cold["grads"])
+    torch.testing.assert_close(
+        [torch.tensor(warm["out"]), *map(torch.tensor, warm["grads"])],
+        [torch.tensor(warm["eager_out"]), *map(torch.tensor, warm["eager_grads"])],
+        rtol=1e-4, atol=1e-5,
+    )
     assert len(_entries(tmp_path)) == 1
 
 
@@ -131,10 +153,10 @@ def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.gelu(x @ w).sum(-1)
 
 
-def _compile_and_run(**settings: object) -> tuple[object, torch.Tensor, torch.Tensor]:
+def _compile_and_run(pipeline: str = "training-python", **settings: object) -> tuple[object, torch.Tensor, torch.Tensor]:
     torch.manual_seed(0)
     x, w = torch.randn(4, 3), torch.randn(3, 5, requires_grad=True)
-    compiled = passkit.aot_function(fn, pipeline="training-python", **settings)
+    compiled = passkit.aot_function(fn, pipeline=pipeline, **settings)
     out = compiled(x, w)
     out.sum().backward()
     return compiled, out.detach(), w.grad
@@ -161,6 +183,38 @@ def test_a_damaged_entry_is_deleted_with_one_warning_and_recompiled(damage, why,
     assert second.passkit_reports[0].cache == ""
     torch.testing.assert_close((out2, grad2), (out, grad), rtol=0, atol=0)
     assert _compile_and_run()[0].passkit_reports[0].cache == "hit"  # rewritten whole
+
+
+@pytest.mark.slow
+def test_an_inductor_entry_that_fails_to_load_is_deleted_with_one_warning_and_recompiled(monkeypatch, caplog) -> None:
+    from passkit.passes import codegen_inductor_cache
+
+    first, out, grad = _compile_and_run("training")
+    (entry,) = _entries(Path(os.environ[CACHE_ENV]))
+    monkeypatch.setattr(codegen_inductor_cache, "FORMAT", 2)  # as if passkit changed what it stores
+    with caplog.at_level(logging.WARNING, logger="passkit.cache"):
+        second, out2, grad2 = _compile_and_run("training")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [f"passkit: cache entry {entry.name} is corrupt (written by another version of "
+                        "codegen.inductor); deleted it, compiling again"]
+    assert (first.passkit_reports[0].cache, second.passkit_reports[0].cache) == ("", "")
+    torch.testing.assert_close((out2, grad2), (out, grad), rtol=0, atol=0)
+
+
+def test_the_key_follows_inductor_config_and_codegen_inductor_options() -> None:
+    from torch._inductor import config as inductor_config
+
+    from passkit.cache import cache_key
+    from tiny_programs import make_program
+
+    pipeline = passkit.load_pipeline("training")
+    (step,) = [s for s in pipeline.steps if s.pass_name == "codegen.inductor"]
+    context, program = step.pass_.cache_context, make_program()
+    key = cache_key(pipeline, program)
+    assert cache_key(pipeline, program) == key
+    with inductor_config.patch({"cpp.simdlen": 8}):  # a user's global Inductor setting
+        assert cache_key(pipeline, program) != key
+    assert context(step.options.model_copy(update={"size_asserts": False})) != context(step.options)
 
 
 def test_an_in_process_hit_matches_exactly_and_is_marked_in_the_report() -> None:

@@ -31,6 +31,7 @@ from passkit import _torch
 from passkit.errors import PassError
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
+from passkit.passes import codegen_inductor_cache as cache_form
 from passkit.program import Program
 
 __all__ = ["codegen_inductor", "InductorOptions", "inductor_fallback_message"]
@@ -143,10 +144,14 @@ def _with_strides_of(compiled: Callable[[list[Any]], Any], expected: Sequence[An
 
 def _compile(program: Program, name: str, examples: list[Any], options: InductorOptions, *,
              is_backward: bool, is_inference: bool, static: list[int], visible: list[int],
-             graph_id: int, device_index: Any) -> tuple[Callable[[list[Any]], Any], Any]:
+             graph_id: int, device_index: Any, pair: str = "",
+             ) -> tuple[Callable[[list[Any]], Any], Any, cache_form.InductorRecipe | None]:
+    graph = _graph_for_inductor(program.graphs[name])
+    recipe = cache_form.snapshot(graph, examples, is_backward=is_backward, is_inference=is_inference, static=static,
+                                 visible=visible, config_patches=options.config_patches(), pair=pair)
     try:
         compiled, strides = _torch.inductor_compile(
-            _graph_for_inductor(program.graphs[name]),
+            graph,
             examples,
             is_backward=is_backward,
             is_inference=is_inference,
@@ -158,18 +163,18 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
         )
     except Exception as exc:  # noqa: BLE001 - any Inductor failure becomes the one-line fallback error
         raise PassError(inductor_fallback_message(name, program.training, exc)) from exc
-    return _torch.inductor_callable(compiled), strides
+    return _torch.inductor_callable(compiled), strides, recipe
 
 
 def _compile_training(program: Program, options: InductorOptions) -> None:
-    graph_id, device_index = next(_graph_ids), _torch.inductor_device_index()
+    graph_id, device_index, pair = next(_graph_ids), _torch.inductor_device_index(), cache_form.new_pair()
     fw_io, bw_io = program.io("forward"), program.io("backward")
-    fw_compiled, fw_strides = _compile(
+    fw_compiled, fw_strides, fw_recipe = _compile(
         program, "forward", _placeholder_values(program.graphs["forward"]), options,
         is_backward=False, is_inference=False,
         static=[k for k, d in enumerate(fw_io.inputs) if d.kind in ("param", "buffer")],
         visible=[k for k, d in enumerate(fw_io.outputs) if d.kind == "user"],
-        graph_id=graph_id, device_index=device_index,
+        graph_id=graph_id, device_index=device_index, pair=pair,
     )
     saved_stride = {d.index: fw_strides[k] for k, d in enumerate(fw_io.outputs) if d.kind == "saved"} if fw_strides else {}
     bw_examples = _placeholder_values(program.graphs["backward"])
@@ -178,31 +183,37 @@ def _compile_training(program: Program, options: InductorOptions) -> None:
         value = bw_examples[k]
         if stride is not None and isinstance(value, torch.Tensor) and tuple(value.stride()) != tuple(stride):
             bw_examples[k] = _torch.restride_fake(value, stride)
-    bw_compiled, _ = _compile(
+    bw_compiled, _, bw_recipe = _compile(
         program, "backward", bw_examples, options,
         is_backward=True, is_inference=False,
         static=[k for k, d in enumerate(bw_io.inputs) if d.kind == "saved"],
         visible=list(range(len(bw_io.outputs))),
-        graph_id=graph_id, device_index=device_index,
+        graph_id=graph_id, device_index=device_index, pair=pair,
     )
     tangents = [k for k, d in enumerate(bw_io.inputs) if d.kind == "tangent" and isinstance(bw_examples[k], torch.Tensor)]
-    program.compiled["forward"] = _boxed(fw_compiled)
-    program.compiled["backward"] = _with_strides_of(bw_compiled, bw_examples, tangents)
+    program.compiled["forward"] = cache_form.cacheable(_boxed(fw_compiled), fw_recipe, "boxed")
+    program.compiled["backward"] = cache_form.cacheable(
+        _with_strides_of(bw_compiled, bw_examples, tangents), bw_recipe, "strides_of", tangents)
 
 
 def _compile_inference(program: Program, options: InductorOptions) -> None:
     io = program.io("main")
-    compiled, _ = _compile(
+    compiled, _, recipe = _compile(
         program, "main", _placeholder_values(program.graphs["main"]), options,
         is_backward=False, is_inference=True,
         static=[k for k, d in enumerate(io.inputs) if d.kind in ("param", "buffer")],
         visible=[k for k, d in enumerate(io.outputs) if d.kind == "user"],
         graph_id=next(_graph_ids), device_index=_torch.inductor_device_index(),
     )
-    program.compiled["main"] = _no_grad_boxed(compiled)
+    program.compiled["main"] = cache_form.cacheable(_no_grad_boxed(compiled), recipe, "no_grad")
 
 
-@graph_pass("codegen.inductor", produces={"compiled"}, options=InductorOptions)
+def inductor_cache_context(options: InductorOptions) -> str:
+    """What the compile cache key adds for this step: Inductor's config as this step sets it."""
+    return _torch.inductor_config_digest(InductorOptions.model_validate(dict(options)).config_patches())
+
+
+@graph_pass("codegen.inductor", produces={"compiled"}, options=InductorOptions, cache_context=inductor_cache_context)
 def codegen_inductor(program: Program, **options: Any) -> bool:
     """Compile every graph with Inductor's inner compiler (fused C++/Triton kernels)."""
     opts = InductorOptions(**options)

@@ -1,0 +1,167 @@
+"""Own the compile-cache form of ``codegen.inductor``'s compiled graphs.
+
+A compiled Inductor graph holds generated modules and kernels that do not pickle. What does is
+what Inductor was given: the graph (after passkit's stages and ``codegen.inductor``'s own
+preparation), the sizes, strides and dtypes of its inputs, and the arguments of the inner
+compile. That is an ``InductorRecipe``; each compiled callable carries one through
+``passkit_cache_payload()`` (see ``passkit.cache``).
+
+On a hit, ``load`` runs Inductor's inner compiler on the stored graph again, and none of
+passkit's stages. The inputs are rebuilt as fake tensors in a fake mode with a shape
+environment, exactly as the first compile made them, so Inductor's own FX graph cache finds
+the code it generated then (the cache of ``torch.compile``, under ``TORCHINDUCTOR_CACHE_DIR``)
+and generates nothing again. Where that cache was emptied, Inductor compiles the same graph again.
+
+What the recipe does not cover is Inductor's global config: the compile cache key includes its
+digest (``codegen.inductor``'s ``cache_context``), so an entry is only used under the config
+that produced it (the stored backward input strides depend on the forward Inductor chose).
+
+A graph is left uncached (the program then compiles every time) when an input size is
+symbolic, or when the graph does not reload to the same code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import pickle
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Sequence
+
+from torch.fx import Graph, GraphModule
+from torch.fx.node import map_arg
+
+from passkit import _torch
+
+__all__ = ["InductorRecipe", "snapshot", "cacheable", "load", "LOADER"]
+
+FORMAT = 1
+LOADER = "passkit.passes.codegen_inductor_cache:load"
+Wrapper = Literal["boxed", "no_grad", "strides_of"]
+
+# A forward and its backward share a graph id and a device box (cudagraphs); loading sets the
+# pair up again in the order ``program.compiled`` lists them, forward first.
+_pairs: dict[tuple[str, int], tuple[int, Any]] = {}
+_pairs_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class InductorRecipe:
+    """What Inductor's inner compiler was given for one graph, in picklable form."""
+
+    graph: bytes  # the pickled GraphModule, as it was before Inductor rewrote it
+    names: list[str]  # its nodes' names (unpickling retraces the code, which renames them)
+    code: str  # its code, which Inductor's FX graph cache keys on
+    inputs: list[Any]  # ``_torch.static_input_specs`` of the example inputs
+    is_backward: bool
+    is_inference: bool
+    static: list[int]
+    visible: list[int]
+    config_patches: dict[str, Any]
+    pair: str  # shared by a forward and its backward
+    wrapper: Wrapper = "boxed"
+    check: list[int] = dataclasses.field(default_factory=list)  # ``strides_of``: inputs to restride
+    format: int = FORMAT
+
+
+def snapshot(graph: GraphModule, examples: Sequence[Any], *, is_backward: bool, is_inference: bool,
+             static: Sequence[int], visible: Sequence[int], config_patches: dict[str, Any],
+             pair: str | None = None) -> InductorRecipe | None:
+    """The recipe for compiling ``graph`` (call before Inductor rewrites it), or None when it
+    cannot be stored faithfully."""
+    specs = _torch.static_input_specs(examples)
+    if specs is None:
+        return None
+    try:
+        blob = pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - an attribute that does not pickle: compile every time
+        return None
+    return InductorRecipe(
+        graph=blob, names=[node.name for node in graph.graph.nodes], code=graph.code, inputs=specs, is_backward=is_backward, is_inference=is_inference,
+        static=list(static), visible=list(visible), config_patches=dict(config_patches),
+        pair=pair or uuid.uuid4().hex,
+    )
+
+
+def _reload(blob: bytes, names: Sequence[str]) -> GraphModule:
+    """The pickled graph module with its nodes named as they were when it was stored."""
+    retraced: GraphModule = pickle.loads(blob)
+    nodes = list(retraced.graph.nodes)
+    if len(nodes) != len(names):
+        raise ValueError(f"the stored graph reloads to {len(nodes)} nodes, not {len(names)}")
+    graph, copied = Graph(), {}
+    for node, name in zip(nodes, names):
+        copied[node] = graph.create_node(node.op, node.target, map_arg(node.args, copied.__getitem__),
+                                         map_arg(node.kwargs, copied.__getitem__), name=name, type_expr=node.type)
+    return GraphModule(retraced, graph)
+
+
+def new_pair() -> str:
+    """The id that ties a forward's recipe to its backward's."""
+    return uuid.uuid4().hex
+
+
+def cacheable(fn: Callable[..., Any], recipe: InductorRecipe | None, wrapper: Wrapper,
+              check: Sequence[int] = ()) -> Callable[..., Any]:
+    """``fn`` (the wrapped compiled graph), given the cache form of ``recipe`` if there is one."""
+    if recipe is None:
+        return fn
+    stored = dataclasses.replace(recipe, wrapper=wrapper, check=list(check))
+    try:
+        fn.passkit_cache_payload = functools.partial(_payload, stored)  # type: ignore[attr-defined]
+    except AttributeError:  # a callable that takes no attributes stays uncached
+        pass
+    return fn
+
+
+def _payload(recipe: InductorRecipe) -> tuple[str, InductorRecipe] | None:
+    """What the compile cache stores; None (compile every time) unless the graph reloads to
+    the code Inductor compiled. Checked only when an entry is written."""
+    try:
+        if _reload(recipe.graph, recipe.names).code != recipe.code:
+            return None
+    except Exception:  # noqa: BLE001 - a graph that does not reload is not stored
+        return None
+    return LOADER, recipe
+
+
+def _graph_id_and_device(recipe: InductorRecipe) -> tuple[int, Any]:
+    from passkit.passes import codegen_inductor
+
+    key = (recipe.pair, threading.get_ident())
+    with _pairs_lock:
+        if recipe.is_backward and key in _pairs:
+            return _pairs.pop(key)
+        found = (next(codegen_inductor._graph_ids), _torch.inductor_device_index())
+        if not recipe.is_backward and not recipe.is_inference:
+            _pairs[key] = found
+        return found
+
+
+def load(recipe: InductorRecipe) -> Callable[..., Any]:
+    """Compile a stored graph again (Inductor's FX graph cache usually answers) and wrap it as
+    ``codegen.inductor`` did; any failure makes the compile cache drop the entry."""
+    from passkit.passes import codegen_inductor
+
+    if not isinstance(recipe, InductorRecipe) or recipe.format != FORMAT:
+        raise ValueError("written by another version of codegen.inductor")
+    graph = _reload(recipe.graph, recipe.names)
+    if graph.code != recipe.code:
+        raise ValueError("the stored graph reloads to other code")
+    examples = _torch.fakes_with_shape_env(recipe.inputs)
+    graph_id, device_index = _graph_id_and_device(recipe)
+    compiled, _ = _torch.inductor_compile(
+        graph, examples, is_backward=recipe.is_backward, is_inference=recipe.is_inference,
+        static_input_idxs=recipe.static, user_visible_output_idxs=recipe.visible,
+        config_patches=recipe.config_patches, graph_id=graph_id, device_index=device_index,
+    )
+    fn = _torch.inductor_callable(compiled)
+    if recipe.wrapper == "strides_of":
+        wrapped = codegen_inductor._with_strides_of(fn, examples, recipe.check)
+    elif recipe.wrapper == "no_grad":
+        wrapped = codegen_inductor._no_grad_boxed(fn)
+    else:
+        wrapped = codegen_inductor._boxed(fn)
+    return cacheable(wrapped, recipe, recipe.wrapper, recipe.check)
