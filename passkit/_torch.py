@@ -54,6 +54,8 @@ __all__ = [
     "is_core_aten",
     "size_hint",
     "static_input_specs",
+    "graph_data",
+    "graph_from_data",
     "fakes_with_shape_env",
     "inductor_config_digest",
     "inductor_cache_counts",
@@ -704,6 +706,109 @@ def fakes_with_shape_env(specs: Sequence[Any]) -> list[Any]:
             value = torch.empty(max(extent, 1), dtype=dtype, device=device).as_strided(size, stride, offset)
             values.append(value.requires_grad_(requires_grad) if requires_grad else value)
     return values
+
+
+_PLAIN = (type(None), bool, int, float, complex, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def _target_ref(target: Any) -> tuple[str, ...] | None:
+    """``target`` by name: an ATen-style operator or a function found again by module and name."""
+    import importlib
+
+    if isinstance(target, str):
+        return ("str", target)
+    if isinstance(target, OpOverload):
+        return ("op", target.namespace, target._opname, target._overloadname)
+    module, name = getattr(target, "__module__", None), getattr(target, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(name, str):
+        return None
+    try:
+        found: Any = importlib.import_module(module)
+        for part in name.split("."):
+            found = getattr(found, part)
+    except Exception:  # noqa: BLE001 - not importable by name: not storable
+        return None
+    return ("fn", module, name) if found is target else None
+
+
+def _resolve_target(ref: Sequence[str]) -> Any:
+    import importlib
+
+    if ref[0] == "str":
+        return ref[1]
+    if ref[0] == "op":
+        return getattr(getattr(getattr(torch.ops, ref[1]), ref[2]), ref[3])
+    found: Any = importlib.import_module(ref[1])
+    for part in ref[2].split("."):
+        found = getattr(found, part)
+    return found
+
+
+class _NotStorable(Exception):
+    pass
+
+
+def _arg_data(value: Any) -> Any:
+    if isinstance(value, torch.fx.Node):
+        return ("node", value.name)
+    if isinstance(value, (list, tuple)):
+        return ("list" if isinstance(value, list) else "tuple", [_arg_data(v) for v in value])
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return ("dict", [(k, _arg_data(v)) for k, v in value.items()])
+    if isinstance(value, slice):
+        return ("slice", [_arg_data(value.start), _arg_data(value.stop), _arg_data(value.step)])
+    if isinstance(value, _PLAIN) or value is Ellipsis:
+        return ("value", value)
+    raise _NotStorable(type(value).__name__)
+
+
+def _arg_value(data: Any, nodes: dict[str, torch.fx.Node]) -> Any:
+    kind, body = data
+    if kind == "node":
+        return nodes[body]
+    if kind in ("list", "tuple"):
+        items = [_arg_value(v, nodes) for v in body]
+        return items if kind == "list" else tuple(items)
+    if kind == "dict":
+        return {k: _arg_value(v, nodes) for k, v in body}
+    if kind == "slice":
+        return slice(*(_arg_value(v, nodes) for v in body))
+    if kind == "value":
+        return body
+    raise ValueError(f"unknown argument kind {kind!r}")
+
+
+def graph_data(gm: GraphModule) -> dict[str, Any] | None:
+    """``gm`` as plain picklable data that ``graph_from_data`` rebuilds with the same node names,
+    targets and arguments (so the same code); None when it calls something not found by name,
+    holds a submodule or an argument of another kind. Node metadata is not kept."""
+    nodes, attrs = [], {}
+    try:
+        for node in gm.graph.nodes:
+            target = _target_ref(node.target)
+            if target is None or node.op == "call_module":
+                return None
+            if node.op == "get_attr":
+                value = getattr(gm, node.target, None)
+                if "." in node.target or not isinstance(value, torch.Tensor) or isinstance(value, FakeTensor):
+                    return None
+                attrs[node.target] = value.detach().clone()
+            nodes.append((node.op, node.name, target, _arg_data(node.args), _arg_data(node.kwargs)))
+    except _NotStorable:
+        return None
+    return {"nodes": nodes, "attrs": attrs}
+
+
+def graph_from_data(data: dict[str, Any]) -> GraphModule:
+    """The graph module ``graph_data`` described."""
+    graph, made = torch.fx.Graph(), {}
+    for op, name, target, args, kwargs in data["nodes"]:
+        made[name] = graph.create_node(op, _resolve_target(target), _arg_value(args, made),
+                                       _arg_value(kwargs, made), name=name)
+    root = torch.nn.Module()
+    for name, value in data["attrs"].items():
+        setattr(root, name, value)
+    return GraphModule(root, graph)
 
 
 def _portable(value: Any) -> Any:

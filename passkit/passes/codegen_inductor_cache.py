@@ -16,22 +16,23 @@ What the recipe does not cover is Inductor's global config: the compile cache ke
 digest (``codegen.inductor``'s ``cache_context``), so an entry is only used under the config
 that produced it (the stored backward input strides depend on the forward Inductor chose).
 
-A graph is left uncached (the program then compiles every time) when an input size is
-symbolic, or when the graph does not reload to the same code.
+The graph is stored as data (``_torch.graph_data``: each node's name, target by name and
+arguments), not pickled: unpickling a graph module retraces its code, which renames nodes and
+turns factory calls into constants, and Inductor's cache keys on the code. A graph is left
+uncached (the program then compiles every time) when an input size is symbolic, when it calls
+something that cannot be found again by name, or when it does not rebuild to the same code.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import pickle
 import threading
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Sequence
 
-from torch.fx import Graph, GraphModule
-from torch.fx.node import map_arg
+from torch.fx import GraphModule
 
 from passkit import _torch
 
@@ -51,8 +52,7 @@ _pairs_lock = threading.Lock()
 class InductorRecipe:
     """What Inductor's inner compiler was given for one graph, in picklable form."""
 
-    graph: bytes  # the pickled GraphModule, as it was before Inductor rewrote it
-    names: list[str]  # its nodes' names (unpickling retraces the code, which renames them)
+    graph: dict[str, Any]  # ``_torch.graph_data`` of the graph before Inductor rewrote it
     code: str  # its code, which Inductor's FX graph cache keys on
     inputs: list[Any]  # ``_torch.static_input_specs`` of the example inputs
     is_backward: bool
@@ -74,28 +74,14 @@ def snapshot(graph: GraphModule, examples: Sequence[Any], *, is_backward: bool, 
     specs = _torch.static_input_specs(examples)
     if specs is None:
         return None
-    try:
-        blob = pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # noqa: BLE001 - an attribute that does not pickle: compile every time
+    data = _torch.graph_data(graph)
+    if data is None:
         return None
     return InductorRecipe(
-        graph=blob, names=[node.name for node in graph.graph.nodes], code=graph.code, inputs=specs, is_backward=is_backward, is_inference=is_inference,
+        graph=data, code=graph.code, inputs=specs, is_backward=is_backward, is_inference=is_inference,
         static=list(static), visible=list(visible), config_patches=dict(config_patches),
         pair=pair or uuid.uuid4().hex,
     )
-
-
-def _reload(blob: bytes, names: Sequence[str]) -> GraphModule:
-    """The pickled graph module with its nodes named as they were when it was stored."""
-    retraced: GraphModule = pickle.loads(blob)
-    nodes = list(retraced.graph.nodes)
-    if len(nodes) != len(names):
-        raise ValueError(f"the stored graph reloads to {len(nodes)} nodes, not {len(names)}")
-    graph, copied = Graph(), {}
-    for node, name in zip(nodes, names):
-        copied[node] = graph.create_node(node.op, node.target, map_arg(node.args, copied.__getitem__),
-                                         map_arg(node.kwargs, copied.__getitem__), name=name, type_expr=node.type)
-    return GraphModule(retraced, graph)
 
 
 def new_pair() -> str:
@@ -120,7 +106,7 @@ def _payload(recipe: InductorRecipe) -> tuple[str, InductorRecipe] | None:
     """What the compile cache stores; None (compile every time) unless the graph reloads to
     the code Inductor compiled. Checked only when an entry is written."""
     try:
-        if _reload(recipe.graph, recipe.names).code != recipe.code:
+        if _torch.graph_from_data(recipe.graph).code != recipe.code:
             return None
     except Exception:  # noqa: BLE001 - a graph that does not reload is not stored
         return None
@@ -147,7 +133,7 @@ def load(recipe: InductorRecipe) -> Callable[..., Any]:
 
     if not isinstance(recipe, InductorRecipe) or recipe.format != FORMAT:
         raise ValueError("written by another version of codegen.inductor")
-    graph = _reload(recipe.graph, recipe.names)
+    graph = _torch.graph_from_data(recipe.graph)
     if graph.code != recipe.code:
         raise ValueError("the stored graph reloads to other code")
     examples = _torch.fakes_with_shape_env(recipe.inputs)
