@@ -677,6 +677,8 @@ def static_input_specs(values: Sequence[Any]) -> list[Any] | None:
     specs: list[Any] = []
     for value in values:
         if isinstance(value, torch.Tensor):
+            if type(value) not in (FakeTensor, torch.Tensor, torch.nn.Parameter) or value.layout != torch.strided:
+                return None  # a subclass or another layout is more than its sizes and strides
             parts = [*value.shape, *value.stride(), value.storage_offset()]
             if any(isinstance(p, torch.SymInt) for p in parts):
                 return None

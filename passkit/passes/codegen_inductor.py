@@ -15,7 +15,10 @@ What the runtime wrapper relies on, and how it is kept:
 - Inductor's code asserts the strides of its inputs, so a gradient that autograd hands over in
   another layout (an expanded ``ones`` from ``sum().backward()``) is copied to the traced one;
 - each compiled graph is called boxed, with a fresh list per call (the generated code frees
-  inputs from the list as soon as it can).
+  inputs from the list as soon as it can);
+- each compiled callable carries what Inductor was given (``codegen_inductor_cache``), so the
+  compile cache can store it; a later process compiles the stored graphs again and Inductor's
+  FX graph cache, which static graphs now reach, answers with the code generated the first time.
 """
 
 from __future__ import annotations
