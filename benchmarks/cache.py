@@ -58,7 +58,22 @@ def _timed(module: object, name: str, spent: list[float]) -> None:
     setattr(module, name, timed)
 
 
+class _Lines:
+    """Collects the passkit.cache logger's lines (why something was not stored or not loaded)."""
+
+    def __init__(self) -> None:
+        import logging
+
+        self.lines: list[str] = []
+        handler = logging.Handler(logging.INFO)
+        handler.emit = lambda record: self.lines.append(record.getMessage())
+        logger = logging.getLogger("passkit.cache")
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
 def child(pipeline: str, model_name: str) -> None:
+    cache_lines = _Lines()
     import torch
     import transformers
 
@@ -88,7 +103,7 @@ def child(pipeline: str, model_name: str) -> None:
     out = compiled(input_ids=ids, labels=ids)
     out.loss.backward()
     first_call = time.perf_counter() - started
-    loss, grad_sum = float(out.loss), float(sum(p.grad.double().sum() for p in model.parameters() if p.grad is not None))
+    loss, grad_sum = float(out.loss.detach()), float(sum(p.grad.double().sum() for p in model.parameters() if p.grad is not None))
     model.zero_grad(set_to_none=True)
     started = time.perf_counter()
     compiled(input_ids=ids, labels=ids).loss.backward()
@@ -103,6 +118,7 @@ def child(pipeline: str, model_name: str) -> None:
         "hits": [r.cache for r in compiled.passkit_reports],
         "steps_run": len(steps),
         "inductor": _torch.inductor_cache_counts(),
+        "cache_log": cache_lines.lines,
         "loss": loss,
         "grad_sum": grad_sum,
     }))
@@ -138,8 +154,8 @@ def main() -> int:
         results["warm"].append(warm)
         for name, r in (("cold", cold), ("warm", warm)):
             print(f"round {round_index + 1} {name}: " + ", ".join(f"{key} {r[key]:.2f} s" for key in FIGURES)
-                  + f", cache {r['hits']}, passkit steps run {r['steps_run']}, Inductor FX cache {r['inductor']}",
-                  flush=True)
+                  + f", cache {r['hits']}, passkit steps run {r['steps_run']}, Inductor FX cache {r['inductor']}"
+                  + "".join(f"\n  passkit.cache: {line}" for line in r["cache_log"]), flush=True)
         if (warm["loss"], warm["grad_sum"]) != (cold["loss"], cold["grad_sum"]):
             print(f"NUMERICS DIFFER: cold {cold['loss']} {cold['grad_sum']} vs warm {warm['loss']} {warm['grad_sum']}")
             return 1
