@@ -48,6 +48,56 @@ def _mark_non_differentiable(ctx: Any, visible: tuple[Any, ...], slots: Sequence
     return tuple(out)
 
 
+Geometry = tuple[tuple[int, ...], tuple[int, ...], int]
+
+
+def _with_intermediate_bases(ctx: Any, runtime: CompiledProgram, visible: tuple[Any, ...], args: Sequence[Any]) -> tuple[Any, ...]:
+    """Return the base of each output that views an intermediate, and the views' geometry last.
+
+    Autograd forbids in-place writes to a view made inside an ``autograd.Function``; eager's
+    ``(x + 1).view(-1)`` allows them. As AOT Autograd does ("intermediate base"), the Function
+    returns the base and the wrapper makes the view outside it. Bases shared by two outputs stay
+    as they were (autograd rejects a tensor returned twice), so that case still raises loudly.
+    """
+    if not runtime.view_slots:
+        return visible
+    inputs = {id(a) for a in args}
+    bases: dict[int, tuple[torch.Tensor, Geometry, Geometry]] = {}
+    for k in runtime.view_slots:
+        value = visible[k]
+        if k in runtime.non_differentiable:
+            continue  # marked on the view itself: returned as it is
+        if isinstance(value, torch.Tensor) and value._is_view() and id(value._base) not in inputs:
+            base = value._base
+            geometry = (tuple(value.size()), tuple(value.stride()), value.storage_offset())
+            bases[k] = (base, geometry, (tuple(base.size()), tuple(base.stride()), base.storage_offset()))
+    shared = {id(b) for b, _, _ in bases.values() if sum(id(o[0]) == id(b) for o in bases.values()) > 1}
+    shared |= {id(v) for k, v in enumerate(visible) if k not in bases}
+    out = list(visible)
+    ctx.view_geometry = {}
+    for k, (base, geometry, base_geometry) in bases.items():
+        value = visible[k]
+        same_kind = (base.dtype, base.is_conj(), base.is_neg()) == (value.dtype, value.is_conj(), value.is_neg())
+        if id(base) not in shared and same_kind:  # as_strided keeps no dtype view, conj or neg bit
+            out[k] = base
+            ctx.view_geometry[k] = (geometry, base_geometry)
+    return (*out, {k: g for k, (g, _) in ctx.view_geometry.items()})
+
+
+def _grads_of_views(view_geometry: dict[int, tuple[Geometry, Geometry]], grad_outputs: Sequence[Any]) -> tuple[Any, ...]:
+    """Turn the gradients of returned bases back into the gradients of the views they stand for."""
+    grads = list(grad_outputs)
+    for k, ((size, stride, offset), (base_size, base_stride, base_offset)) in view_geometry.items():
+        grad = grads[k]
+        if grad is None:
+            continue
+        if grad.stride() != base_stride or grad.storage_offset() != 0:
+            laid_out = torch.empty_strided(base_size, base_stride, dtype=grad.dtype, device=grad.device)
+            grad = laid_out.copy_(grad)
+        grads[k] = grad.as_strided(size, stride, offset - base_offset)
+    return tuple(grads)
+
+
 class _CompiledFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, runtime: CompiledProgram, *args: Any) -> tuple[Any, ...]:  # type: ignore[override]
@@ -60,7 +110,7 @@ class _CompiledFunction(torch.autograd.Function):
             visible = tuple(outs[:n_visible])
             if runtime.non_differentiable:
                 visible = _mark_non_differentiable(ctx, visible, runtime.non_differentiable)
-            return visible
+            return _with_intermediate_bases(ctx, runtime, visible, args)
         saved = list(outs[n_visible:])
         for k in runtime.saved_inputs_to_clone(saved, args):
             saved[k] = saved[k].clone()
@@ -72,13 +122,15 @@ class _CompiledFunction(torch.autograd.Function):
         visible = tuple(outs[:n_visible])
         if runtime.non_differentiable:
             visible = _mark_non_differentiable(ctx, visible, runtime.non_differentiable)
-        return visible
+        return _with_intermediate_bases(ctx, runtime, visible, args)
 
     @staticmethod
     def backward(ctx: Any, *grad_outputs: Any) -> tuple[Any, ...]:  # type: ignore[override]
         if torch.is_grad_enabled():
             raise PasskitError(DOUBLE_BACKWARD_ERROR)
         runtime: CompiledProgram = ctx.runtime
+        if runtime.view_slots:
+            grad_outputs = _grads_of_views(ctx.view_geometry, grad_outputs[:-1])
         if runtime.lean_saves and runtime.lean_gather:
             grads = runtime.backward_fn(*ctx.saved_tensors, *grad_outputs)
         else:
@@ -110,6 +162,12 @@ class CompiledProgram:
         self.views_of_outputs = [
             (k, info.alias_of_output) for k, info in enumerate(sig.outputs) if info.alias_of_output is not None
         ]
+        # User outputs that may view an intermediate (checked per call, see _with_intermediate_bases).
+        self.view_slots = [
+            k
+            for k, info in zip(self.user_slots, sig.outputs)
+            if info.is_tensor and info.alias_of_input is None and info.alias_of_output is None
+        ] if "forward" in program.graphs else []
         if self.training:
             self.forward_fn: Callable[..., Any] = program.compiled["forward"]
             self.backward_fn: Callable[..., Any] = program.compiled["backward"]
@@ -171,6 +229,10 @@ class CompiledProgram:
             refuse_mutated_shared_storage(self.mutated, args)
         if self.training:
             visible = _CompiledFunction.apply(self, *args)
+            if self.view_slots:
+                *visible, geometry = visible
+                for k, (size, stride, offset) in geometry.items():
+                    visible[k] = visible[k].as_strided(size, stride, offset)
         else:
             grad_enabled = torch.is_grad_enabled()
             visible = self.main_fn(*args)
