@@ -3,8 +3,9 @@
 Training programs run through a ``torch.autograd.Function`` whose forward calls the compiled
 ``forward`` graph and whose backward calls the compiled ``backward`` graph. Around it the wrapper
 writes input mutations back (BatchNorm running stats, ``x.add_()`` on an input, ``t_()``),
-regenerates outputs that alias inputs so that ``out._base is inp`` holds as in eager, and
-restores grad mode. Every routing decision comes from the signature's descriptors.
+regenerates outputs that alias inputs so that ``out._base is inp`` holds as in eager, makes
+outputs that view an intermediate outside the Function from its base (so in-place writes to
+them work as in eager), and restores grad mode. Every routing decision comes from the signature's descriptors.
 """
 
 from __future__ import annotations
