@@ -64,3 +64,14 @@ class Kit:
 
     def run(self, pipeline: Pipeline, program: Program, **kwargs: Any) -> Report:
         return run_pipeline(pipeline, program, pm=self.pm, registry=self.registry, **kwargs)
+
+
+def assert_loss_and_grads_match(out: torch.Tensor, expected: torch.Tensor, eager: torch.nn.Module, twin: torch.nn.Module) -> None:
+    """Compiled ``out`` equals eager's ``expected``, and after ``square().mean().backward()`` on
+    both, ``twin``'s parameter gradients equal ``eager``'s (at matmul-reordering tolerances)."""
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+    out.square().mean().backward()
+    expected.square().mean().backward()
+    for (name, p), q in zip(eager.named_parameters(), twin.parameters()):
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-6, msg=name)
