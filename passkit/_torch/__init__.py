@@ -1,0 +1,30 @@
+"""Own every use of torch's private internals, so that a torch upgrade touches one package.
+
+Callers import this package (``from passkit import _torch``) and never its modules; each module
+owns one side of torch:
+
+- ``tracing``: fake tensors, functional tracing, re-tracing, layouts and random fills;
+- ``ops``: decomposition tables, Core ATen, autograd formulas, random ops, symbolic sizes;
+- ``graph_passes``: torch's min-cut partitioner, fake-value propagation, reinplacing;
+- ``inductor`` and ``inductor_cache``: Inductor's inner compiler and its cache form;
+- ``logs``: structured trace artifacts and Dynamo's compile ids.
+
+Supported torch: 2.11 to 2.13.
+"""
+
+from __future__ import annotations
+
+from passkit._torch.graph_passes import *  # noqa: F403
+from passkit._torch.graph_passes import __all__ as _graph_passes
+from passkit._torch.inductor import *  # noqa: F403
+from passkit._torch.inductor import __all__ as _inductor
+from passkit._torch.inductor_cache import *  # noqa: F403
+from passkit._torch.inductor_cache import __all__ as _inductor_cache
+from passkit._torch.logs import *  # noqa: F403
+from passkit._torch.logs import __all__ as _logs
+from passkit._torch.ops import *  # noqa: F403
+from passkit._torch.ops import __all__ as _ops
+from passkit._torch.tracing import *  # noqa: F403
+from passkit._torch.tracing import __all__ as _tracing
+
+__all__ = [*_graph_passes, *_inductor, *_inductor_cache, *_logs, *_ops, *_tracing]

@@ -1,0 +1,136 @@
+"""Own Inductor's inner compiler as ``codegen.inductor`` calls it: mode options, decomposition
+tables, ``compile_fx_inner`` and the boxed callable it returns.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+from torch.fx import GraphModule
+
+from passkit._torch.inductor_cache import fakes_with_shape_env, static_input_specs
+from passkit._torch.tracing import fake_mode_of, new_fake_mode
+
+__all__ = [
+    "inductor_all_decompositions",
+    "inductor_callable",
+    "inductor_compile",
+    "inductor_decompositions",
+    "inductor_device_index",
+    "inductor_mode_options",
+    "restride_fake",
+]
+
+
+def inductor_mode_options(mode: str) -> dict[str, Any]:
+    """The Inductor config that ``torch.compile(mode=...)`` applies for ``mode``."""
+    from torch._inductor import list_mode_options
+
+    return dict(list_mode_options(mode) or {})
+
+
+def inductor_device_index() -> Any:
+    """The box that a forward and its backward share to agree on a CUDA device (cudagraphs)."""
+    from torch._inductor.cudagraph_utils import BoxedDeviceIndex
+
+    return BoxedDeviceIndex(None)
+
+
+def inductor_compile(
+    gm: GraphModule,
+    example_inputs: Sequence[Any],
+    *,
+    is_backward: bool,
+    is_inference: bool,
+    static_input_idxs: Sequence[int],
+    user_visible_output_idxs: Sequence[int],
+    config_patches: dict[str, Any],
+    graph_id: int,
+    device_index: Any,
+) -> tuple[Callable[[list[Any]], Any], list[tuple[int, ...] | None] | None]:
+    """Compile one functional ATen graph with Inductor's inner compiler (``compile_fx_inner``).
+
+    ``gm`` is compiled in place (Inductor's post-grad passes rewrite it), so pass a copy. Returns
+    the boxed callable (call it with a fresh list; it clears the list) and the strides Inductor
+    chose for each output, which a backward compiled afterwards must be told about.
+    """
+    from torch._guards import TracingContext, tracing
+    from torch._inductor import config as inductor_config
+    from torch._inductor.compile_fx import compile_fx_inner
+    from torch._inductor.utils import BoxedBool
+
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    output.meta["user_visible_output_idxs"] = list(user_visible_output_idxs)
+    fake_mode = fake_mode_of(example_inputs) or new_fake_mode()
+    if fake_mode.shape_env is None:  # Inductor's FX graph cache bypasses graphs without one
+        specs = static_input_specs(example_inputs)
+        if specs is not None:
+            example_inputs = fakes_with_shape_env(specs)
+            fake_mode = fake_mode_of(example_inputs) or fake_mode
+    # A context of our own: inside a Dynamo backend the ambient one carries Dynamo's fake mode.
+    with inductor_config.patch(config_patches), tracing(TracingContext(fake_mode)):
+        with TracingContext.report_output_strides() as strides:
+            compiled = compile_fx_inner(
+                gm,
+                list(example_inputs),
+                static_input_idxs=list(static_input_idxs),
+                cudagraphs=BoxedBool(bool(inductor_config.triton.cudagraphs)),
+                is_backward=is_backward,
+                is_inference=is_inference,
+                graph_id=graph_id,
+                boxed_forward_device_index=device_index,
+            )
+    return compiled, (list(strides) if strides is not None else None)
+
+
+def restride_fake(value: Any, stride: Sequence[int]) -> Any:
+    """``value`` (a fake tensor) with the same size and offset and the given strides."""
+    fake_mode = value.fake_mode
+    with fake_mode:
+        return torch.empty_strided(value.size(), tuple(stride), dtype=value.dtype, device=value.device)
+
+
+@functools.cache
+def inductor_all_decompositions() -> dict[Any, Callable[..., Any]]:
+    """Inductor's whole decomposition table, as torch's AOT applies it before Inductor lowers."""
+    from torch._inductor.decomposition import select_decomp_table
+
+    return dict(select_decomp_table())
+
+
+@functools.cache
+def inductor_decompositions() -> dict[Any, Callable[..., Any]]:
+    """Inductor's table without the decompositions that may leave their op in place.
+
+    Some decompositions apply only to some inputs and return ``NotImplemented`` otherwise (``mm``
+    on tiny shapes, ``amax``, ``full`` with a dtype), for ops Inductor also lowers itself.
+    Without them every op in the table is gone once it ran, which is what the ``decomposed``
+    fact checks. Inductor lowers those ops itself; ``codegen.inductor`` gives ``full`` its dtype.
+    """
+    import inspect
+
+    from torch._inductor.lowering import lowerings
+
+    def may_decline(fn: Callable[..., Any]) -> bool:
+        try:
+            return "NotImplemented" in inspect.getsource(inspect.unwrap(fn))
+        except (OSError, TypeError):
+            return True
+
+    return {op: fn for op, fn in inductor_all_decompositions().items() if not (op in lowerings and may_decline(fn))}
+
+
+def inductor_callable(compiled: Any) -> Callable[[list[Any]], Any]:
+    """The boxed function to call for a compiled graph: its generated code itself on the CPU.
+
+    ``CompiledFxGraph.__call__`` enters autotune-cache and metrics contexts on every call, which
+    only matter for GPU kernels; CPU-only graphs skip that per-call work.
+    """
+    direct = getattr(compiled, "current_callable", None)
+    device_types = set(getattr(compiled, "device_types", ()) or ())
+    if direct is not None and device_types <= {"cpu"}:
+        return direct
+    return compiled

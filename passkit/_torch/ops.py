@@ -1,0 +1,216 @@
+"""Own what torch knows about ops and values: decomposition tables, Core ATen, autograd formulas,
+random and data-dependent ops, and symbolic sizes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import operator
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+from torch._ops import OpOverload, OpOverloadPacket
+
+__all__ = [
+    "AUTOGRAD_SEMANTIC_OPS",
+    "concrete",
+    "core_aten_table",
+    "data_dependent_op",
+    "decompositions_for",
+    "call_draws_random_numbers",
+    "draws_random_numbers",
+    "full_table",
+    "has_own_autograd_formula",
+    "has_symbolic_sizes",
+    "is_core_aten",
+    "is_symbolic",
+    "mkldnn_disabled",
+    "no_fake_mode",
+    "op_name",
+    "size_hint",
+]
+
+
+# -- decomposition tables -------------------------------------------------------------------
+
+
+@functools.cache
+def core_aten_table() -> dict[Any, Callable[..., Any]]:
+    """torch's Core ATen decompositions, plus full-table ones for ops outside Core ATen.
+
+    Functionalization emits ``*_functional`` variants (``_native_batch_norm_legit_functional``)
+    that are not Core ATen and that torch's core table leaves alone; the full table lowers them.
+    """
+    import torch._decomp
+
+    table = dict(torch._decomp.core_aten_decompositions())
+    for op, fn in torch._decomp.decomposition_table.items():
+        name = getattr(op, "_opname", "")
+        if op not in table and name.endswith("_functional") and torch.Tag.core not in op.tags:
+            table[op] = fn
+    # torch's table lowers empty_like to empty_permuted, which is not Core ATen and which no
+    # torch table lowers further; empty_strided is.
+    table.setdefault(torch.ops.aten.empty_permuted.default, _empty_permuted_as_strided)
+    return table
+
+
+def _empty_permuted_as_strided(size: Sequence[Any], physical_layout: Sequence[int], **factory_kwargs: Any) -> torch.Tensor:
+    strides: list[Any] = [0] * len(size)
+    running: Any = 1
+    for dim in reversed(physical_layout):
+        strides[dim] = running
+        running = running * torch.sym_max(size[dim], 1)
+    return torch.ops.aten.empty_strided.default(size, strides, **factory_kwargs)
+
+
+def draws_random_numbers(op: Any) -> bool:
+    """A random op (``bernoulli``, ``rrelu``, attention with dropout): tagged ``nondeterministic_seeded``."""
+    return isinstance(op, OpOverload) and torch.Tag.nondeterministic_seeded in op.tags
+
+
+def call_draws_random_numbers(node: torch.fx.Node) -> bool:
+    """Whether this call draws: a random op, unless its ``dropout_p`` is a literal zero.
+
+    The fused attention ops are tagged random for their dropout; with ``dropout_p = 0`` (eval
+    mode, ``p = 0``) their kernels draw nothing, so running them again gives the same result
+    and leaves the generator where it was. A ``getitem`` of a random op's result counts as it.
+    """
+    target = node.args[0].target if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) else node.target
+    call = node.args[0] if node.target is operator.getitem else node
+    if not draws_random_numbers(target):
+        return False
+    names = [argument.name for argument in target._schema.arguments]
+    if "dropout_p" not in names:
+        return True
+    index = names.index("dropout_p")
+    p = call.args[index] if index < len(call.args) else call.kwargs.get("dropout_p", target._schema.arguments[index].default_value)
+    return not (isinstance(p, (int, float)) and p == 0)
+
+
+@functools.cache
+def full_table() -> dict[Any, Callable[..., Any]]:
+    """torch's full post-autograd decomposition table."""
+    import torch._decomp
+
+    return dict(torch._decomp.decomposition_table)
+
+
+def decompositions_for(ops: Sequence[Any]) -> dict[Any, Callable[..., Any]]:
+    import torch._decomp
+
+    return dict(torch._decomp.get_decompositions(list(ops)))
+
+# Ops whose meaning is about autograd, not values: lowering them before ``joint`` (detach ->
+# alias) would let gradients through.
+AUTOGRAD_SEMANTIC_OPS = frozenset({torch.ops.aten.detach.default})
+
+
+def is_core_aten(op: Any) -> bool:
+    """In the Core ATen opset: tagged ``core``, or a prim."""
+    return op.namespace == "prims" or torch.Tag.core in op.tags
+
+
+# -- partition.min_cut: symbolic size hints and real tensors next to fake ones -------------------
+
+# What torch's partitioner assumes for a size with no hint (an unbacked symbol).
+_UNHINTED_SIZE = 8192
+
+
+def size_hint(value: Any) -> int:
+    """A concrete number for a (possibly symbolic) size: its hint, or a fixed guess if unbacked."""
+    if isinstance(value, (int, float, bool)):
+        return int(value)
+    node = getattr(value, "node", None)
+    hint = getattr(node, "hint", None)
+    if hint is not None:
+        return int(hint)
+    shape_env = getattr(node, "shape_env", None)
+    if shape_env is not None:
+        try:
+            return int(shape_env.size_hint(node.expr, allow_none=False))
+        except Exception:  # unbacked: no hint exists
+            pass
+    return _UNHINTED_SIZE
+
+
+def no_fake_mode() -> contextlib.AbstractContextManager[Any]:
+    """Leave any active fake mode, so that real tensors are real (profiling ops)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()
+
+
+# -- symbolic sizes -----------------------------------------------------------------------------
+
+
+def is_symbolic(value: Any) -> bool:
+    """A ``SymInt``/``SymFloat``/``SymBool``: a size Dynamo left symbolic."""
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def has_symbolic_sizes(values: Sequence[Any]) -> bool:
+    """Whether any value is a symbol, or a tensor with a symbolic size, stride or offset."""
+    for value in values:
+        if is_symbolic(value):
+            return True
+        if isinstance(value, torch.Tensor) and any(is_symbolic(d) for d in (*value.shape, *value.stride())):
+            return True
+    return False
+
+
+def concrete(value: Any) -> Any:
+    """The value a symbol stands for in this call (its hint), without adding a guard."""
+    if is_symbolic(value):
+        return value.node.hint
+    return value
+
+def op_name(target: Any) -> str | None:
+    """``"aten.add.Tensor"`` for an ``OpOverload``, ``"aten.add"`` for a packet; else None."""
+    if isinstance(target, (OpOverload, OpOverloadPacket)):
+        return str(target)
+    return None
+
+
+# -- autograd formulas ----------------------------------------------------------------------
+
+
+def has_own_autograd_formula(op: Any) -> bool:
+    """Whether autograd differentiates ``op`` by its own formula rather than through its parts.
+
+    Such an op must reach autograd whole: differentiating its decomposition instead can change
+    the gradient (``special.log_ndtr``'s ``where`` branches give NaN where the formula does not).
+    CompositeImplicitAutograd ops decompose above autograd in eager too.
+    """
+    if not isinstance(op, OpOverload):
+        return False
+    name = op.name()
+    return torch._C._dispatch_has_kernel_for_dispatch_key(
+        name, "Autograd"
+    ) and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
+
+
+def data_dependent_op(exc: BaseException) -> str | None:
+    """The op whose output shape or value depends on tensor data, if ``exc`` (or its cause) says so."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, (DataDependentOutputException, DynamicOutputShapeException)):
+            return str(exc.func) if getattr(exc, "func", None) is not None else str(exc)
+        if "data is not allocated yet" in str(exc):
+            return "an op that reads tensor data while tracing"
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+@contextlib.contextmanager
+def mkldnn_disabled() -> Any:
+    """oneDNN off while tracing (``torch.backends.mkldnn.flags`` also sets TF32 and warns)."""
+    previous = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(previous)

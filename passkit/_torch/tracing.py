@@ -1,0 +1,403 @@
+"""Own tracing: fake tensors, functional tracing (``make_fx`` under ``FunctionalTensorMode``),
+re-tracing graphs on their own values, and the layouts and random fills tracing must keep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+from torch.fx import GraphModule
+from torch.fx import traceback as fx_traceback
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch._ops import OpOverload, OpOverloadPacket
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = [
+    "BERNOULLI_IN_LAYOUT",
+    "FakeTensor",
+    "FakeTensorMode",
+    "InputMutation",
+    "LayoutKeepingInterpreter",
+    "OpOverload",
+    "OpOverloadPacket",
+    "StorageWeakRef",
+    "fake_mode_of",
+    "fakify",
+    "functional_trace",
+    "has_mutations",
+    "holds_fake_constants",
+    "is_activation_checkpoint",
+    "is_multi_output_view",
+    "keeps_grad_mode_regions",
+    "mutates",
+    "new_fake_mode",
+    "pytree",
+    "retrace",
+    "set_grad_enabled",
+    "trace_graph",
+    "uses_functorch",
+    "with_layout",
+]
+
+
+# Grad mode as a plain call: what Dynamo and pre-dispatch graphs record for ``no_grad`` blocks.
+set_grad_enabled = torch._C._set_grad_enabled
+
+def new_fake_mode() -> FakeTensorMode:
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def fakify(mode: FakeTensorMode, value: Any) -> Any:
+    """A fake twin of ``value`` (same shape, dtype, strides, requires_grad); non-tensors pass."""
+    if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
+        fake = mode.from_tensor(value, static_shapes=True)
+        return fake
+    return value
+
+
+def fake_mode_of(values: Sequence[Any]) -> FakeTensorMode | None:
+    for value in values:
+        if isinstance(value, FakeTensor):
+            return value.fake_mode
+    return None
+
+
+@dataclass
+class InputMutation:
+    """What a functional trace saw happen to one input."""
+
+    index: int
+    data: bool
+    metadata: bool
+    under_no_grad: bool
+
+
+def _to_functional(value: Any) -> Any:
+    return FunctionalTensor.to_functional(value) if isinstance(value, torch.Tensor) else value
+
+
+def _from_functional(value: Any) -> Any:
+    if isinstance(value, FunctionalTensor):
+        torch._sync(value)
+        return torch._from_functional_tensor(value.elem)
+    return value
+
+
+def functional_trace(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    *,
+    pre_dispatch: bool,
+    decompositions: dict[Any, Callable[..., Any]] | None = None,
+    arg_names: Sequence[str] | None = None,
+) -> tuple[GraphModule, list[InputMutation]]:
+    """Trace ``fn`` with ``make_fx`` under ``FunctionalTensorMode``.
+
+    The traced graph returns ``(*new values of mutated inputs, *flat outputs of fn)``; the
+    returned list says which inputs were mutated and how. ``pre_dispatch`` keeps
+    ``_set_grad_enabled`` regions in the graph, so ``no_grad`` blocks survive for the joint
+    trace. Placeholders are renamed to ``arg_names`` when given.
+    """
+    mutations: list[InputMutation] = []
+
+    def functionalized(*flat_args: Any) -> tuple[Any, ...]:
+        mutations.clear()
+        # Post-dispatch only: a pre-dispatch trace keeps dropout whole for a later trace.
+        keep_layout = contextlib.nullcontext() if pre_dispatch else _KeepRandomFillLayout()
+        with FunctionalTensorMode(pre_dispatch=pre_dispatch, _allow_token_discovery=True), keep_layout:
+            wrapped = [_to_functional(a) for a in flat_args]
+            outs = fn(*wrapped)
+        flat_outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        new_values = []
+        for index, wrapped_arg in enumerate(wrapped):
+            if not isinstance(wrapped_arg, FunctionalTensor):
+                continue
+            torch._sync(wrapped_arg)
+            inner = wrapped_arg.elem
+            data = torch._functionalize_has_data_mutation(inner)
+            metadata = torch._functionalize_has_metadata_mutation(inner)
+            if not (data or metadata):
+                continue
+            under_no_grad = bool(torch._functionalize_are_all_mutations_under_no_grad_or_inference_mode(inner))
+            mutations.append(InputMutation(index, data, metadata, under_no_grad))
+            new_values.append(_from_functional(wrapped_arg))
+        return (*new_values, *[_from_functional(o) for o in flat_outs])
+
+    fake_mode = fake_mode_of(args)
+    context = fake_mode if fake_mode is not None else contextlib.nullcontext()
+    # A graph's no_grad region that raises midway would leave grad mode off for the caller.
+    with context, fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
+        gm = make_fx(
+            functionalized,
+            decomposition_table=decompositions or {},
+            pre_dispatch=pre_dispatch,
+            record_module_stack=True,
+        )(*args)
+    _drop_unused_effect_tokens(gm, len(args))
+    if arg_names is not None:
+        _rename_placeholders(gm, arg_names)
+    return gm, list(mutations)
+
+
+def _drop_unused_effect_tokens(gm: GraphModule, n_args: int) -> None:
+    """Call effectful ops directly instead of through the effect-token inputs tracing added.
+
+    An effectful op (linalg's ``_linalg_check_errors``) makes ``FunctionalTensorMode`` add a
+    token input that nobody passes (``tangents_token``) and wrap the call in ``with_effects``.
+    The token only orders effects; graph order keeps that order, so the call runs as itself.
+    """
+    extra = [n for n in gm.graph.nodes if n.op == "placeholder"][n_args:]
+    if not extra:
+        return
+    hop = getattr(torch.ops.higher_order, "with_effects", None)
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not hop:
+            continue
+        token, op, *op_args = node.args
+        with gm.graph.inserting_before(node):
+            direct = gm.graph.call_function(op, tuple(op_args), dict(node.kwargs))
+        for user in list(node.users):
+            index = user.args[1] if user.target is operator.getitem else None
+            if index == 0:
+                user.replace_all_uses_with(token)
+            elif index == 1 and len(node.users) <= 2:
+                user.replace_all_uses_with(direct)
+            elif user.users:
+                raise NotImplementedError(f"effectful op {op} with several results is not supported yet")
+            gm.graph.erase_node(user)
+        gm.graph.erase_node(node)
+    for placeholder in extra:
+        if placeholder.users:
+            raise NotImplementedError(f"effect token {placeholder.name} is still read after unwrapping with_effects")
+        gm.graph.erase_node(placeholder)
+    gm.recompile()
+
+
+def retrace(
+    gm: GraphModule,
+    *,
+    decompositions: dict[Any, Callable[..., Any]] | None = None,
+    functional: bool = True,
+) -> GraphModule:
+    """Re-trace ``gm`` on its own placeholder values, keeping placeholder names and node meta.
+
+    Under ``functional`` the trace runs under the same functionalization as ``functionalize``,
+    so decompositions that introduce in-place ops (common in backward formulas) stay functional.
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    args = [n.meta["val"] for n in placeholders]
+    names = [n.name for n in placeholders]
+    pre_dispatch = keeps_grad_mode_regions(gm)
+
+    def interpret(*flat_args: Any) -> Any:
+        return LayoutKeepingInterpreter(gm).run(*flat_args)
+
+    if functional:
+        new_gm, mutations = functional_trace(
+            interpret, args, pre_dispatch=pre_dispatch, decompositions=decompositions, arg_names=names
+        )
+        if mutations:
+            raise RuntimeError(f"retrace found input mutations in a functional graph: {mutations}")
+    else:
+        fake_mode = fake_mode_of(args)
+        context = fake_mode if fake_mode is not None else contextlib.nullcontext()
+        with context, fx_traceback.preserve_node_meta():
+            new_gm = make_fx(interpret, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch)(*args)
+        _rename_placeholders(new_gm, names)
+    _use_plain_codegen(new_gm)
+    return new_gm
+
+
+def _is_grad_mode_call(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target is torch._C._set_grad_enabled
+
+
+def _rename_placeholders(gm: GraphModule, names: Sequence[str]) -> None:
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, name in zip(placeholders, names):
+        if node.name != name:
+            node._rename(name)
+            node.target = name
+    gm.recompile()
+
+
+def _use_plain_codegen(gm: GraphModule) -> None:
+    """Call graphs as ``gm(*flat_args) -> tuple``, whatever pytree structure tracing saw."""
+    gm.graph._codegen = torch.fx.graph.CodeGen()
+    gm.recompile()
+
+def is_activation_checkpoint(target: Any) -> bool:
+    """Whether an FX target is Dynamo's ``torch.utils.checkpoint`` region (a higher-order op)."""
+    hop = getattr(torch.ops.higher_order, "tag_activation_checkpoint", None)
+    return hop is not None and target is hop
+
+
+def uses_functorch(gm: GraphModule) -> bool:
+    """Whether the graph calls functorch transform plumbing (vmap/grad levels)."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            module = getattr(node.target, "__module__", "") or ""
+            if module.startswith(("torch._functorch", "torch._C._functorch")):
+                return True
+    return False
+
+
+def keeps_grad_mode_regions(gm: GraphModule) -> bool:
+    """Whether re-tracing ``gm`` must happen pre-dispatch to keep its ``no_grad`` regions.
+
+    Pre-dispatch tracing keeps ``_set_grad_enabled`` calls in the graph; it cannot enter
+    functorch transforms, which post-dispatch tracing inlines into plain ATen ops instead.
+    """
+    return any(_is_grad_mode_call(n) for n in gm.graph.nodes) and not uses_functorch(gm)
+
+
+def trace_graph(
+    fn: Callable[..., Any],
+    fake_args: Sequence[Any],
+    *,
+    pre_dispatch: bool,
+    decompositions: dict[Any, Callable[..., Any]] | None = None,
+    arg_names: Sequence[str] | None = None,
+) -> GraphModule:
+    """Trace ``fn`` as it is, mutations included; pre-dispatch keeps ``no_grad`` blocks."""
+    fake_mode = fake_mode_of(fake_args)
+    context = fake_mode if fake_mode is not None else contextlib.nullcontext()
+    with context, fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
+        gm = make_fx(
+            fn, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch, record_module_stack=True
+        )(*fake_args)
+    if arg_names is not None:
+        _rename_placeholders(gm, arg_names)
+    _use_plain_codegen(gm)
+    return gm
+
+
+def mutates(node: torch.fx.Node) -> bool:
+    """Whether ``node`` mutates an argument: an op with a mutable schema (in-place, out=), or a
+    trailing-underscore tensor method."""
+    if node.op == "call_method":
+        return str(node.target).endswith("_")
+    return node.op == "call_function" and isinstance(node.target, OpOverload) and node.target._schema.is_mutable
+
+def has_mutations(gm: GraphModule) -> bool:
+    """Whether any node of ``gm`` mutates an argument (see ``mutates``)."""
+    return any(mutates(n) for n in gm.graph.nodes)
+
+
+# -- layouts across decompositions ------------------------------------------------------------
+
+
+def _prims_common() -> Any:
+    import torch._prims_common as prims_common
+
+    return prims_common
+
+
+def _is_dense(value: torch.Tensor) -> bool:
+    prims_common = _prims_common()
+    check = getattr(prims_common, "is_non_overlapping_and_dense_or_false", None)
+    if check is None:  # torch 2.11
+        check = prims_common.is_non_overlapping_and_dense
+    return bool(check(value))
+
+
+def with_layout(value: Any, expected: Any) -> Any:
+    """``value`` laid out like ``expected`` (same values), when the two differ and that is possible.
+
+    A decomposition may return a tensor whose strides differ from those of the op it replaces:
+    torch's own for the CPU flash attention lays its output out as (L, N, H, E) where the op
+    returns ``empty_like(query)``. A graph traced before decomposing holds ``view`` nodes that
+    are valid only for the op's own strides, so the decomposed value is re-laid out (permute,
+    contiguous, permute back: Core ATen ops) to the strides the graph recorded.
+    """
+    if not isinstance(value, torch.Tensor) or not isinstance(expected, torch.Tensor):
+        return value
+    if value.dim() != expected.dim() or value.dim() < 2:
+        return value
+    prims_common = _prims_common()
+    same, _ = prims_common.check_significant_strides(value, expected, only_cuda=False)
+    if same or not _is_dense(expected):
+        return value
+    perm = prims_common.compute_elementwise_output_logical_to_physical_perm(expected)
+    if isinstance(perm, tuple):  # (perm, ambiguous) since torch 2.6; a bare list before
+        perm = perm[0]
+    inverse = prims_common.invert_perm(perm)
+    return value.permute(perm).contiguous().permute(inverse)
+
+
+class LayoutKeepingInterpreter(torch.fx.Interpreter):
+    """Run a graph whose nodes carry ``val`` and keep every value's strides as recorded.
+
+    Used when re-tracing through decompositions: see ``with_layout``.
+    """
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        value = super().run_node(n)
+        if n.op == "call_function" and isinstance(value, torch.Tensor):
+            return with_layout(value, n.meta.get("val"))
+        return value
+
+
+# -- random ops that fill a strided tensor in place ------------------------------------------
+
+
+@torch.library.custom_op(
+    "passkit::bernoulli_in_layout", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,)
+)
+def _bernoulli_in_layout(self: torch.Tensor, p: float) -> torch.Tensor:
+    return torch.empty_strided(self.size(), self.stride(), dtype=self.dtype, device=self.device).bernoulli_(p)
+
+
+@_bernoulli_in_layout.register_fake
+def _(self: torch.Tensor, p: float) -> torch.Tensor:
+    return torch.empty_strided(self.size(), self.stride(), dtype=self.dtype, device=self.device)
+
+
+BERNOULLI_IN_LAYOUT = torch.ops.passkit.bernoulli_in_layout.default
+
+
+class _KeepRandomFillLayout(TorchDispatchMode):
+    """Functionalize ``t.bernoulli_(p)`` on a non-contiguous ``t`` without changing its draws.
+
+    Its functional form ``bernoulli.p`` fills a new contiguous tensor, in logical order; the
+    in-place op on ``t`` fills ``t``'s own layout, in memory order on some CPUs (eager dropout
+    draws into ``empty_like`` of a transposed activation). ``passkit::bernoulli_in_layout``
+    runs the in-place op on a fresh tensor of ``t``'s strides, so it draws what eager draws.
+    The other in-place random ops' functional forms clone ``t`` and keep its layout already.
+    """
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.ops.aten.bernoulli_.float and kwargs.get("generator") is None:
+            target = args[0]
+            if target.layout == torch.strided and not target.is_contiguous():
+                p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+                return target.copy_(BERNOULLI_IN_LAYOUT(target, p))
+        return func(*args, **kwargs)
+
+
+def holds_fake_constants(gm: GraphModule) -> bool:
+    """Whether tracing lifted a fake tensor into ``gm`` as a constant: a value it lost track of.
+
+    A pre-dispatch trace of ``torch.autograd.grad`` inside the function unpacks the saved
+    output of ``exp`` as a new tensor the tracer never saw, and freezes its fake value.
+    """
+    return any(isinstance(value, FakeTensor) for value in gm.__dict__.values()) or any(
+        isinstance(value, FakeTensor) for _, value in gm.named_buffers()
+    )
+
+
+def is_multi_output_view(value: Any) -> bool:
+    """Whether autograd made ``value`` as one of several views (``unbind``, ``split``)."""
+    if not isinstance(value, torch.Tensor) or not value._is_view():
+        return False
+    return torch._C._autograd._get_creation_meta(value) == torch._C._autograd.CreationMeta.MULTI_OUTPUT_NODE
