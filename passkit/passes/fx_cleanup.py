@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch.fx import GraphModule, Node
 
 from passkit import _torch
@@ -50,13 +49,6 @@ def dce(program: Program) -> bool:
     return changed
 
 
-def _is_random(node: Node) -> bool:
-    target = node.target
-    if isinstance(target, _torch.OpOverload):
-        return torch.Tag.nondeterministic_seeded in target.tags
-    return False
-
-
 def _cse_key(node: Node, replaced: dict[Node, Node]) -> Any:
     def canon(arg: Any) -> Any:
         if isinstance(arg, Node):
@@ -77,7 +69,7 @@ def _eliminate_common_subexpressions(gm: GraphModule) -> bool:
     for node in list(gm.graph.nodes):
         if node.op not in ("call_function", "call_method"):
             continue
-        if _torch.mutates(node) or _is_random(node) or _keeps(node):
+        if _torch.mutates(node) or _torch.call_draws_random_numbers(node) or _keeps(node):
             seen.clear()
             continue
         key = _cse_key(node, replaced)

@@ -4,7 +4,8 @@ The joint graph is split where a minimum cut says (see :mod:`passkit.passes.part
 each value the backward needs is either saved or recomputed, whichever the rules and the memory
 limit allow at the least estimated time. The rules, strongest first:
 
-1. inputs and random ops (``nondeterministic_seeded``) are never recomputed;
+1. inputs and random ops (``nondeterministic_seeded``, except attention whose ``dropout_p`` is 0)
+   are never recomputed;
 2. ``never_recompute`` ops are never recomputed; ``save`` ops are also always saved when
    anything the backward needs is computed from them (selective checkpointing's MUST_SAVE);
 3. ``recompute`` ops, and every op inside a module that ``recompute_modules`` names, are always
@@ -31,6 +32,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.utils.checkpoint import CheckpointPolicy
 
+from passkit import _torch
 from passkit.errors import PassError
 from passkit.hookspecs import hookimpl
 from passkit.passes.partition import BudgetOptions, _install, partitioner, split_joint
@@ -135,11 +137,6 @@ def _module_paths(node: Node) -> list[str]:
     return paths
 
 
-def _is_random(node: Node) -> bool:
-    tags = getattr(node.target, "tags", ())
-    return torch.Tag.nondeterministic_seeded in tags
-
-
 class _Rules:
     """Which rule keeps, saves or recomputes each forward node."""
 
@@ -154,7 +151,7 @@ class _Rules:
             source = node.args[0] if node.target is operator.getitem else node
             names = _op_names(source) if isinstance(source, Node) else _op_names(node)
             tag = node.meta.get("recompute")
-            if isinstance(source, Node) and _is_random(source):
+            if _torch.call_draws_random_numbers(node):
                 self.keep[node] = "random"
             elif names & never_ops:
                 self.keep[node] = "never_recompute"

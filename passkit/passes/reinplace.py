@@ -55,7 +55,7 @@ def _must_stay_functional(node: Node) -> bool:
     target = node.target
     if not isinstance(target, _torch.OpOverload):
         return False
-    if torch.Tag.nondeterministic_seeded in target.tags:
+    if _torch.call_draws_random_numbers(node):
         return True
     first = node.args[0] if node.args else None
     if not isinstance(first, Node):

@@ -28,10 +28,7 @@ def _ancestry(node: Node) -> list[Node] | None:
             continue
         if current.op != "call_function":
             return None
-        target = current.target
-        if isinstance(target, _torch.OpOverload) and (
-            target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags
-        ):
+        if _torch.mutates(current) or _torch.call_draws_random_numbers(current):
             return None
         val = current.meta.get("val")
         if isinstance(val, torch.Tensor) and val.numel() > _LIMIT_ELEMENTS:

@@ -125,6 +125,39 @@ def test_random_ops_are_never_recomputed_even_when_listed() -> None:
     assert recomputed and not {op for op in recomputed if "dropout" in op or "rand" in op or "bernoulli" in op}
 
 
+def _attention(dropout_p):
+    def fn(x, w):
+        q, k, v = (x @ w).chunk(3, dim=-1)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+        return (out**2).sum()
+
+    return fn
+
+
+def _attention_inputs():
+    torch.manual_seed(0)
+    return [torch.randn(2, 4, 16, 8), torch.randn(8, 24, requires_grad=True)]
+
+
+def test_attention_without_dropout_is_recomputed_and_with_dropout_kept() -> None:
+    # Fused attention is tagged random for its dropout; with dropout_p = 0 it draws nothing.
+    quiet = _partition(min_cut, _attention(0.0), _attention_inputs(), memory_budget=0.0)
+    recomputed = {op for ops in quiet.stats["recomputed"].values() for op in ops}
+    assert "aten._scaled_dot_product_flash_attention_for_cpu.default" in recomputed
+    noisy = _partition(min_cut, _attention(0.3), _attention_inputs(), memory_budget=0.0)
+    recomputed = {op for ops in noisy.stats["recomputed"].values() for op in ops}
+    assert not {op for op in recomputed if "attention" in op}
+    assert quiet.stats["saved_bytes"] < noisy.stats["saved_bytes"]
+
+
+def test_recomputed_attention_gives_eager_gradients(tmp_path) -> None:
+    x, w = _attention_inputs()
+    twin = w.detach().clone().requires_grad_()
+    _attention(0.0)(x, w).backward()
+    passkit.compile(_attention(0.0), pipeline=_pipeline(tmp_path, memory_budget=0.0))(x, twin).backward()
+    torch.testing.assert_close(twin.grad, w.grad)
+
+
 def test_max_saved_gives_the_fastest_plan_within_the_limit_measured_from_outside(tmp_path) -> None:
     low = _partition(min_cut, _mlp, _mlp_inputs(), memory_budget=0.0).stats["saved_bytes"]
     high = _partition(min_cut, _mlp, _mlp_inputs()).stats["saved_bytes"]
