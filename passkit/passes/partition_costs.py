@@ -41,6 +41,13 @@ _RATES: dict[str, tuple[float, float, float]] = {
     "cuda": (5e13, 1.5e12, 6e-6),
 }
 _PROFILE_REPEATS = 3
+# Ops torch's FLOP counter has no formula for, counted by the formula of an op with the same
+# arguments and work: the CPU's fused attention is the flash kernel's math on the CPU.
+_SAME_FLOPS_AS = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: torch.ops.aten._scaled_dot_product_flash_attention,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward:
+        torch.ops.aten._scaled_dot_product_flash_attention_backward,
+}
 _profile_cache: dict[tuple[Any, ...], float] = {}
 
 
@@ -139,7 +146,8 @@ class FlopsEstimator(Estimator):
         out = node.meta.get("val")
         moved = sum(_tensor_bytes(v) for v in _values((args, kwargs, out)) if isinstance(v, torch.Tensor))
         flops = 0
-        formula = flop_registry.get(getattr(node.target, "overloadpacket", None))
+        packet = getattr(node.target, "overloadpacket", None)
+        formula = flop_registry.get(_SAME_FLOPS_AS.get(packet, packet))
         if formula is not None:
             try:
                 flops = _hint(formula(*args, **kwargs, out_val=out))

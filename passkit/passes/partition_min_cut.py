@@ -12,7 +12,8 @@ limit allow at the least estimated time. The rules, strongest first:
    recomputed; so are ops under ``torch.utils.checkpoint`` (its ``recompute`` tags; a
    ``MUST_SAVE``/``PREFER_SAVE`` tag counts as ``save``);
 4. everything else is recomputed only where that buys memory the limit asks for, choosing the
-   plan with the least estimated recompute time (``estimator``). With no limit
+   plan with the least estimated recompute time (``estimator``), unless a plan that saves fewer
+   bytes costs at most ``time_slack`` of the estimated step time more. With no limit
    (``memory_budget = 1``) nothing is recomputed that costs time: only views and other free ops.
 
 The step's report row shows the saved tensors and their bytes (each storage once), the
@@ -91,6 +92,9 @@ class MinCutOptions(BudgetOptions):
     """An absolute limit on saved bytes ("2GiB", "512MiB", or an integer)."""
     estimator: Literal["flops", "profile"] = "flops"
     """How recompute time is estimated: a FLOP and bandwidth model, or timing each op."""
+    time_slack: float = pydantic.Field(default=0.01, ge=0.0, le=1.0)
+    """Under a limit, prefer a plan that saves fewer bytes when it is at most this fraction of the
+    estimated step time slower than the fastest plan that fits (time nobody can measure)."""
     fused_pointwise: bool = False
     """Pointwise ops cost nothing to recompute: the code generator fuses them (codegen.inductor)."""
     save: list[str] = []
@@ -228,7 +232,8 @@ def min_cut(program: Program, **values: Any) -> bool:
     try:
         smallest, fastest = problem.smallest(), problem.fastest()
         limit, limited_by = _limit(options, smallest, fastest)
-        plan = fastest if limit is None else problem.fastest_within(limit)
+        slack_ns = 0 if limit is None else int(options.time_slack * _step_time_ns(joint_gm, estimate))
+        plan = fastest if limit is None else problem.fastest_within(limit, slack_ns=slack_ns)
     except PlanError as exc:
         raise PassError(f"partition.min_cut: {exc}") from None
     if plan is None:
@@ -239,6 +244,11 @@ def min_cut(program: Program, **values: Any) -> bool:
     _install(program, *split_joint(joint_gm, io, list(plan.saved)))
     _report(program, plan, rules, problem, limited_by)
     return True
+
+
+def _step_time_ns(joint_gm: GraphModule, estimate: Any) -> float:
+    """The estimated time of the whole joint graph: forward and backward once each."""
+    return sum(estimate(n) for n in joint_gm.graph.nodes if n.op == "call_function") * 1e9
 
 
 def _report(program: Program, plan: Plan, rules: _Rules, problem: Problem, limited_by: str) -> None:

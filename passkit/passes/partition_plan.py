@@ -117,6 +117,10 @@ class Problem:
             return self._plans[saved_tuple]
         saved_set = set(saved_tuple)
         in_backward = _ancestors_within(self.read_by_backward, self.forward, stop=saved_set)
+        # A value nothing in the backward reads any more (its readers are saved) is not saved.
+        needed = tuple(n for n in saved_tuple if n in in_backward or n in self.must_save)
+        if needed != saved_tuple:
+            return self.evaluate(needed)
         # A value only the backward needs is computed there in any plan; recomputing means the
         # forward computes it too.
         recomputed = frozenset(n for n in in_backward - saved_set if n in self.required and n.op != "placeholder")
@@ -143,8 +147,47 @@ class Problem:
         """Fewest bytes; least recompute time among those."""
         return self.cut(time_weight=1, byte_weight=sum(self.time_ns.values()) + 1)
 
-    def fastest_within(self, limit: int) -> Plan | None:
-        """The fastest plan on the convex frontier whose bytes are at most ``limit``."""
+    def fastest_within(self, limit: int, *, slack_ns: int = 0) -> Plan | None:
+        """The fastest plan found whose bytes are at most ``limit``; or, among plans at most
+        ``slack_ns`` slower than that one, the one that saves the fewest bytes.
+
+        The convex frontier comes first (exact cuts); then the gap between the frontier plans on
+        either side of the limit is filled greedily: values the larger plan saves are saved too,
+        best time saved per byte first, while the limit holds.
+        """
+        hull = self._hull_around(limit)
+        if hull is None:
+            return None
+        low = max((p for p in hull if p.bytes <= limit), key=lambda p: (-p.time_ns, -p.bytes))
+        above = [p for p in hull if p.bytes > limit]
+        found = set(hull) | set(self._fill(low, min(above, key=lambda p: p.bytes), limit) if above else ())
+        within = [p for p in found if p.bytes <= limit]
+        fastest = min(within, key=lambda p: (p.time_ns, p.bytes))
+        return min((p for p in within if p.time_ns <= fastest.time_ns + slack_ns), key=lambda p: (p.bytes, p.time_ns))
+
+    def _fill(self, low: Plan, high: Plan, limit: int) -> list[Plan]:
+        """Plans between ``low`` and ``high``: ``low`` saving more of what ``high`` saves."""
+        path, current = [], low
+        candidates = [n for n in high.saved if n not in set(low.saved) and n not in self.must_recompute]
+        while candidates:
+            best, best_score = None, 0.0
+            for node in candidates:
+                plan = self.evaluate((*current.saved, node))
+                gained = current.time_ns - plan.time_ns
+                if plan.bytes > limit or gained <= 0:
+                    continue
+                score = gained / max(plan.bytes - current.bytes, 1)
+                if score > best_score:
+                    best, best_score = plan, score
+            if best is None:
+                break
+            path.append(best)
+            candidates = [n for n in candidates if n not in set(best.saved)]
+            current = best
+        return path
+
+    def _hull_around(self, limit: int) -> list[Plan] | None:
+        """Frontier plans, refined until the two on either side of ``limit`` are neighbours."""
         hull = sorted({self.smallest(), self.fastest()}, key=lambda p: (p.bytes, p.time_ns))
         if hull[0].bytes > limit:
             return None
@@ -160,7 +203,7 @@ class Problem:
             if middle in hull:
                 break
             hull = sorted(set(hull) | {middle}, key=lambda p: (p.bytes, p.time_ns))
-        return min((p for p in hull if p.bytes <= limit), key=lambda p: (p.time_ns, p.bytes))
+        return hull
 
 
 def _is_multi_output(node: Node) -> bool:

@@ -171,6 +171,39 @@ def test_max_saved_gives_the_fastest_plan_within_the_limit_measured_from_outside
     assert measured <= limit
 
 
+def test_a_limit_between_frontier_plans_buys_a_faster_plan_that_fits() -> None:
+    # The exact cuts of this MLP jump from 114 KiB to 144 KiB; plans in the gap save part of the larger one.
+    plans = {b: _partition(min_cut, _mlp, _mlp_inputs(), memory_budget=b, time_slack=0.0).stats for b in (0.0, 0.6, 0.8, 1.0)}
+    low, high = plans[0.0]["saved_bytes"], plans[1.0]["saved_bytes"]
+    assert plans[0.6]["saved_bytes"] < plans[0.8]["saved_bytes"] <= low + 0.8 * (high - low)
+    assert plans[1.0]["recompute_ms"] < plans[0.8]["recompute_ms"] < plans[0.6]["recompute_ms"]
+
+
+def test_time_slack_trades_time_nobody_can_measure_for_fewer_bytes() -> None:
+    exact = _partition(min_cut, _mlp, _mlp_inputs(), memory_budget=0.8, time_slack=0.0).stats
+    lenient = _partition(min_cut, _mlp, _mlp_inputs(), memory_budget=0.8, time_slack=1.0).stats
+    smallest = _partition(min_cut, _mlp, _mlp_inputs(), memory_budget=0.0).stats
+    assert lenient["saved_bytes"] == smallest["saved_bytes"] < exact["saved_bytes"]
+    assert lenient["recompute_ms"] > exact["recompute_ms"]
+    # With no limit the fastest plan stands, whatever the slack.
+    assert _partition(min_cut, _mlp, _mlp_inputs(), time_slack=1.0).stats["recompute_ms"] == 0.0
+
+
+def test_the_cpu_fused_attention_is_costed_by_its_flops() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    graph, mode = torch.fx.Graph(), FakeTensorMode()
+    with mode:
+        query = torch.empty(8, 8, 128, 32)
+    placeholder = graph.placeholder("query")
+    placeholder.meta["val"] = query
+    attention = graph.call_function(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, (placeholder,) * 3)
+    with mode:
+        attention.meta["val"] = attention.target(query, query, query)
+    flops = 4 * 8 * 8 * 128 * 128 * 32  # two (T x D) by (D x T) products per head
+    assert partition_costs.estimator_for("flops")(attention) == pytest.approx(flops / 5e10 + 3e-6)
+
+
 def test_an_impossible_max_saved_is_a_one_line_error(tmp_path) -> None:
     low = _partition(min_cut, _mlp, _mlp_inputs(), memory_budget=0.0).stats["saved_bytes"]
     with pytest.raises(passkit.PassError) as info:
@@ -285,6 +318,7 @@ def test_the_profile_estimator_times_each_op_once_and_caches_it() -> None:
         ("memory_budget", 1.5, "memory_budget: must be between 0 and 1"),
         ("max_saved", "2 parsecs", "max_saved: must be a size such as '2GiB', '512MiB' or a number of bytes, not '2 parsecs'"),
         ("estimator", "guess", "estimator: Input should be 'flops' or 'profile'"),
+        ("time_slack", 2, "time_slack: Input should be less than or equal to 1"),
         ("save", ["aten.not_an_op"], "save: no op named 'aten.not_an_op'"),
         ("never_recompute", ["mm"], "never_recompute: 'mm' is not an op name such as 'aten.mm' or 'aten.mm.default'"),
     ],
