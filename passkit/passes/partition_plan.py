@@ -167,23 +167,20 @@ class Problem:
 
     def _fill(self, low: Plan, high: Plan, limit: int) -> list[Plan]:
         """Plans between ``low`` and ``high``: ``low`` saving more of what ``high`` saves."""
+        # One pass in order of time saved per byte, each measured against ``low``: a knapsack's
+        # greedy order, two plan evaluations per candidate however large the graph.
+        scored = []
+        for node in (n for n in high.saved if n not in set(low.saved) and n not in self.must_recompute):
+            alone = self.evaluate((*low.saved, node))
+            gained = low.time_ns - alone.time_ns
+            if gained > 0 and alone.bytes <= limit:
+                scored.append((gained / max(alone.bytes - low.bytes, 1), node))
         path, current = [], low
-        candidates = [n for n in high.saved if n not in set(low.saved) and n not in self.must_recompute]
-        while candidates:
-            best, best_score = None, 0.0
-            for node in candidates:
-                plan = self.evaluate((*current.saved, node))
-                gained = current.time_ns - plan.time_ns
-                if plan.bytes > limit or gained <= 0:
-                    continue
-                score = gained / max(plan.bytes - current.bytes, 1)
-                if score > best_score:
-                    best, best_score = plan, score
-            if best is None:
-                break
-            path.append(best)
-            candidates = [n for n in candidates if n not in set(best.saved)]
-            current = best
+        for _, node in sorted(scored, key=lambda item: -item[0]):
+            plan = self.evaluate((*current.saved, node))
+            if plan.bytes <= limit and plan.time_ns < current.time_ns:
+                path.append(plan)
+                current = plan
         return path
 
     def _hull_around(self, limit: int) -> list[Plan] | None:
