@@ -34,6 +34,7 @@ from passkit.passes.partition_costs import node_bytes, storage_root
 __all__ = ["Problem", "Plan", "PlanError"]
 
 _MAX_HULL_CUTS = 40
+_FILL_STARTS = 3  # frontier plans under the limit that the gap fill starts from
 
 
 class PlanError(Exception):
@@ -112,7 +113,7 @@ class Problem:
     def evaluate(self, saved: Iterable[Node]) -> Plan:
         """Bytes (each storage once) and recompute time of the plan that saves ``saved``."""
         order = {n: i for i, n in enumerate(self.relevant_order())}
-        saved_tuple = tuple(sorted(set(_items_of(saved)), key=order.__getitem__))
+        saved_tuple = tuple(sorted({n for n in _items_of(saved) if n in order}, key=order.__getitem__))
         if saved_tuple in self._plans:
             return self._plans[saved_tuple]
         saved_set = set(saved_tuple)
@@ -151,26 +152,32 @@ class Problem:
         """The fastest plan found whose bytes are at most ``limit``; or, among plans at most
         ``slack_ns`` slower than that one, the one that saves the fewest bytes.
 
-        The convex frontier comes first (exact cuts); then the gap between the frontier plans on
-        either side of the limit is filled greedily: values the larger plan saves are saved too,
-        best time saved per byte first, while the limit holds.
+        The convex frontier comes first (exact cuts); then the gap above the frontier plans under
+        the limit is filled greedily, from each of the nearest few: values that the plan above
+        the limit saves, or that this one recomputes at a cost, are saved too, best time saved per
+        byte first, while the limit holds.
         """
         hull = self._hull_around(limit)
         if hull is None:
             return None
-        low = max((p for p in hull if p.bytes <= limit), key=lambda p: (-p.time_ns, -p.bytes))
+        below = sorted((p for p in hull if p.bytes <= limit), key=lambda p: p.bytes)[-_FILL_STARTS:]
         above = [p for p in hull if p.bytes > limit]
-        found = set(hull) | set(self._fill(low, min(above, key=lambda p: p.bytes), limit) if above else ())
+        found = set(hull)
+        if above:
+            high = min(above, key=lambda p: p.bytes)
+            for low in below:
+                found.update(self._fill(low, high, limit))
         within = [p for p in found if p.bytes <= limit]
         fastest = min(within, key=lambda p: (p.time_ns, p.bytes))
         return min((p for p in within if p.time_ns <= fastest.time_ns + slack_ns), key=lambda p: (p.bytes, p.time_ns))
 
     def _fill(self, low: Plan, high: Plan, limit: int) -> list[Plan]:
-        """Plans between ``low`` and ``high``: ``low`` saving more of what ``high`` saves."""
+        """Plans between ``low`` and ``high``: ``low`` saving more values that cost it time."""
         # One pass in order of time saved per byte, each measured against ``low``: a knapsack's
         # greedy order, two plan evaluations per candidate however large the graph.
         scored = []
-        for node in (n for n in high.saved if n not in set(low.saved) and n not in self.must_recompute):
+        costly = [n for n in low.recomputed if self.time_ns.get(n, 0) > 0 and n not in set(high.saved)]
+        for node in (n for n in (*high.saved, *costly) if n not in set(low.saved) and n not in self.must_recompute):
             alone = self.evaluate((*low.saved, node))
             gained = low.time_ns - alone.time_ns
             if gained > 0 and alone.bytes <= limit:
