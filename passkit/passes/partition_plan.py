@@ -111,13 +111,21 @@ class Problem:
         return self.evaluate(saved)
 
     def evaluate(self, saved: Iterable[Node]) -> Plan:
-        """Bytes (each storage once) and recompute time of the plan that saves ``saved``."""
+        """Bytes (each storage once) and recompute time of the plan that saves ``saved``.
+
+        Inputs and kept values (random ops, ``never_recompute``) that the backward would reach
+        are saved too, so every plan this returns is one the rules allow.
+        """
         order = {n: i for i, n in enumerate(self.relevant_order())}
         saved_tuple = tuple(sorted({n for n in _items_of(saved) if n in order}, key=order.__getitem__))
         if saved_tuple in self._plans:
             return self._plans[saved_tuple]
         saved_set = set(saved_tuple)
         in_backward = _ancestors_within(self.read_by_backward, self.forward, stop=saved_set)
+        forced = [n for n in in_backward - saved_set
+                  if n.op == "placeholder" or (n in self.keep and n in self.required)]
+        if forced:
+            return self.evaluate((*saved_tuple, *forced))
         # A value nothing in the backward reads any more (its readers are saved) is not saved.
         needed = tuple(n for n in saved_tuple if n in in_backward or n in self.must_save)
         if needed != saved_tuple:
@@ -152,10 +160,11 @@ class Problem:
         """The fastest plan found whose bytes are at most ``limit``; or, among plans at most
         ``slack_ns`` slower than that one, the one that saves the fewest bytes.
 
-        The convex frontier comes first (exact cuts); then the gap above the frontier plans under
-        the limit is filled greedily, from each of the nearest few: values that the plan above
-        the limit saves, or that this one recomputes at a cost, are saved too, best time saved per
-        byte first, while the limit holds.
+        The convex frontier comes first (exact cuts); then the gap around the limit is filled
+        greedily from both sides. From each of the nearest frontier plans under the limit, values
+        that the plan above it saves, or that this one recomputes at a cost, are saved too, best
+        time saved per byte first, while the limit holds; from the plan above, values it saves
+        are recomputed instead, least time lost per byte freed first, until the limit holds.
         """
         hull = self._hull_around(limit)
         if hull is None:
@@ -167,8 +176,11 @@ class Problem:
             high = min(above, key=lambda p: p.bytes)
             for low in below:
                 found.update(self._fill(low, high, limit))
+            found.update(self._shrink(high, limit))
         within = [p for p in found if p.bytes <= limit]
         fastest = min(within, key=lambda p: (p.time_ns, p.bytes))
+        if slack_ns:  # the same plan with one value recomputed may cost next to nothing
+            within += [p for _, p in self._single_drops(fastest)]
         return min((p for p in within if p.time_ns <= fastest.time_ns + slack_ns), key=lambda p: (p.bytes, p.time_ns))
 
     def _fill(self, low: Plan, high: Plan, limit: int) -> list[Plan]:
@@ -189,6 +201,33 @@ class Problem:
                 path.append(plan)
                 current = plan
         return path
+
+    def _shrink(self, high: Plan, limit: int) -> list[Plan]:
+        """Plans below ``high``: values it saves recomputed instead, least time lost per byte
+        freed first (in one pass, as ``_fill``), until the limit holds."""
+        drops = self._single_drops(high)
+        scored = [((plan.time_ns - high.time_ns) / (high.bytes - plan.bytes), node) for node, plan in drops]
+        path = [plan for _, plan in drops if plan.bytes <= limit]  # a small excess: one value is enough
+        current = high
+        for _, node in sorted(scored, key=lambda item: item[0]):
+            if current.bytes <= limit:
+                break
+            plan = self.evaluate(n for n in current.saved if n is not node)
+            if plan.bytes < current.bytes:
+                path.append(plan)
+                current = plan
+        return path
+
+    def _single_drops(self, plan: Plan) -> list[tuple[Node, Plan]]:
+        """Each value ``plan`` saves that may be recomputed, with the plan that recomputes it."""
+        drops = []
+        for node in plan.saved:
+            if node.op == "placeholder" or node in self.keep or node in self.must_save:
+                continue
+            smaller = self.evaluate(n for n in plan.saved if n is not node)
+            if smaller.bytes < plan.bytes:
+                drops.append((node, smaller))
+        return drops
 
     def _hull_around(self, limit: int) -> list[Plan] | None:
         """Frontier plans, refined until the two on either side of ``limit`` are neighbours."""
