@@ -179,6 +179,15 @@ def test_a_limit_between_frontier_plans_buys_a_faster_plan_that_fits() -> None:
     assert plans[1.0]["recompute_ms"] < plans[0.8]["recompute_ms"] < plans[0.6]["recompute_ms"]
 
 
+def test_a_limit_just_under_a_plan_recomputes_one_value_of_it() -> None:
+    fastest = _partition(min_cut, _mlp, _mlp_inputs()).stats
+    # One byte under the fastest plan: recompute one 2 KiB value of it (the last product, cos's input),
+    # not fall back to the 16 KiB smaller frontier plan below it.
+    just_under = _partition(min_cut, _mlp, _mlp_inputs(), max_saved=fastest["saved_bytes"] - 1, time_slack=0.0).stats
+    assert just_under["saved_bytes"] == fastest["saved_bytes"] - 2048
+    assert just_under["recomputed"]["max_saved"] == {"aten.mm.default": 1}
+
+
 def test_time_slack_trades_time_nobody_can_measure_for_fewer_bytes() -> None:
     exact = _partition(min_cut, _mlp, _mlp_inputs(), memory_budget=0.8, time_slack=0.0).stats
     lenient = _partition(min_cut, _mlp, _mlp_inputs(), memory_budget=0.8, time_slack=1.0).stats
