@@ -150,6 +150,7 @@ def program_from_graph(
 ) -> Program:
     """Build a ``Program`` whose ``main`` is ``gm`` (Dynamo's graph or a captured trace)."""
     _inline_checkpoint_regions(gm)
+    _torch.specialize_float_inputs(gm)
     fakes, fake_mode = _fake_inputs(gm, real_inputs)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(real_inputs):

@@ -8,6 +8,7 @@ from the first call.
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -130,3 +131,61 @@ def test_symbolic_sizes_through_a_lowered_sdpa(tmp_path) -> None:
     compiled = passkit.compile(twin, pipeline=_pipeline(tmp_path, "facts"), dynamic=True)
     _assert_steps_match_eager(model, compiled, [3, 2, 4])
     assert len(compiled.passkit_reports) == 2
+
+
+class _TanhGeluMLP(nn.Module):
+    """GPT-2's MLP: Hugging Face's ``NewGELUActivation`` written out (it reads ``math.pi``), or
+    torch's tanh GELU."""
+
+    def __init__(self, written_out: bool) -> None:
+        super().__init__()
+        self.fc, self.proj, self.written_out = nn.Linear(16, 32), nn.Linear(32, 16), written_out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        if self.written_out:
+            h = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+        else:
+            h = torch.nn.functional.gelu(h, approximate="tanh")
+        return x + self.proj(h)
+
+
+@pytest.mark.parametrize(
+    "pipeline", ["training-python", pytest.param("training", marks=pytest.mark.slow)]
+)
+@pytest.mark.parametrize("written_out", [True, False], ids=["new_gelu", "gelu_tanh"])
+def test_a_tanh_gelu_trains_under_dynamic_true_with_one_compile(pipeline: str, written_out: bool) -> None:
+    """Dynamo passes ``math.pi`` as a float input; every batch size runs the one program."""
+    torch.manual_seed(0)
+    model = _TanhGeluMLP(written_out)
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(twin, backend="passkit", options={"pipeline": pipeline}, dynamic=True)
+    before = len(passkit.reports())
+    for batch in (3, 5):
+        x = torch.randn(batch, 4, 16)
+        expected, actual = model(x), compiled(x)
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+        expected.square().mean().backward()
+        actual.square().mean().backward()
+        for p, q in zip(model.parameters(), twin.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-5)
+            p.grad = q.grad = None
+    assert [r.graph.split(", ")[1] for r in passkit.reports()[before:]] == ["training"]
+
+
+def test_a_float_argument_is_read_as_its_value_and_another_value_recompiles() -> None:
+    """A float Dynamo leaves symbolic is specialized under a guard: a new value is never
+    computed with the old one."""
+
+    def scaled(x: torch.Tensor, scale: float) -> torch.Tensor:
+        return torch.tanh(x * scale) * (scale + 1.0)
+
+    compiled = torch.compile(scaled, backend="passkit", options={"pipeline": "training-python"}, dynamic=True)
+    before = len(passkit.reports())
+    for scale, batch in ((0.5, 3), (0.5, 5), (0.75, 5)):
+        x = torch.randn(batch, 4, requires_grad=True)
+        out = compiled(x, scale)
+        torch.testing.assert_close(out, scaled(x, scale))
+        (grad,) = torch.autograd.grad(out.sum(), x)
+        torch.testing.assert_close(grad, torch.autograd.grad(scaled(x, scale).sum(), x)[0])
+    assert len(passkit.reports()) - before == 2  # one program per value of scale, not per batch

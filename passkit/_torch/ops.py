@@ -30,6 +30,7 @@ __all__ = [
     "no_fake_mode",
     "op_name",
     "size_hint",
+    "specialize_float_inputs",
 ]
 
 
@@ -158,6 +159,47 @@ def has_symbolic_sizes(values: Sequence[Any]) -> bool:
         if isinstance(value, torch.Tensor) and any(is_symbolic(d) for d in (*value.shape, *value.stride())):
             return True
     return False
+
+
+def specialize_float_inputs(gm: torch.fx.GraphModule) -> int:
+    """Read each Python float Dynamo passed as a tensor input as a constant, under a guard.
+
+    Under ``dynamic=True`` Dynamo hands a float the model reads (``math.pi`` in a tanh GELU, a
+    scale argument) to the backend as a 0-dim float64 input that the graph ``.item()``s into a
+    symbolic float. torch's AOT Autograd turns such floats into tensor arithmetic
+    (``tensorify_python_scalars``) and, where it cannot, has Dynamo specialize them; passkit
+    does not run AOT's dispatch, and a symbolic float cannot be re-traced (``_local_scalar_dense``
+    is data-dependent on fake tensors that lost Dynamo's memo), lowered by Inductor, or saved
+    for the backward. So, as Dynamo does for floats it cannot tensorify, each ``.item()`` of such
+    an input becomes the float's value, and ``guard_scalar`` makes Dynamo guard on that value:
+    another value recompiles, it is never computed with the old one. The input stays, unused.
+    Returns how many inputs were specialized.
+    """
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.fx.experimental.symbolic_shapes import guard_scalar
+
+    specialized = 0
+    for node in list(gm.graph.nodes):
+        value = node.meta.get("example_value") if node.op == "placeholder" else None
+        memo = value.item_memo if isinstance(value, FakeTensor) else None
+        if memo is None or not node.users or not all(_reads_item(user) for user in node.users):
+            continue
+        constant = guard_scalar(memo)
+        for user in list(node.users):
+            for use in list(user.users):
+                use.args = torch.fx.node.map_arg(use.args, lambda n: constant if n is user else n)
+                use.kwargs = torch.fx.node.map_arg(use.kwargs, lambda n: constant if n is user else n)
+            gm.graph.erase_node(user)
+        specialized += 1
+    if specialized:
+        gm.recompile()
+    return specialized
+
+
+def _reads_item(node: torch.fx.Node) -> bool:
+    return (node.op == "call_method" and node.target == "item") or (
+        node.op == "call_function" and node.target is torch.ops.aten._local_scalar_dense.default
+    )
 
 
 def concrete(value: Any) -> Any:

@@ -17,6 +17,11 @@ the one its metadata describes and no numerics change:
   functional (an in-place op keeps its input's layout, and torch only compares element counts);
 - random ops stay functional (an in-place draw need not consume the generator the same way).
 
+Each conversion is one application that ``passkit_should_apply`` may refuse (kind
+``"reinplace"``, named by the op and what it becomes, ``"aten.add.Tensor -> aten.add_.Tensor"``,
+or ``"... -> copy_"`` for a scatter; its node's name), asked in graph order, so ``passkit
+bisect`` can narrow a bad reinplace to one node. A refused op stays functional.
+
 The graphs stop being ``functional`` (the pass invalidates that fact), so ``validate`` rejects
 a pipeline that puts a step needing it (``joint``, ``decompose``, ``rewrite``) after this one.
 
@@ -30,18 +35,25 @@ sizes), and ``skipped`` graphs with the reason.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch.fx import GraphModule, Node
 
 from passkit import _torch
 from passkit.errors import PassError
+from passkit.failed_node import source_line
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
 from passkit.program import Program
 
+if TYPE_CHECKING:
+    from passkit.hookspecs import StepContext
+
 __all__ = ["reinplace"]
+
+# Whether a node may become in-place: (node, what it becomes, "inplace" or "scatter") -> allowed.
+Ask = Callable[[Node, Any, str], bool]
 
 
 def _layout(value: Any) -> tuple[Any, ...] | None:
@@ -125,17 +137,12 @@ def _nbytes(value: Any) -> int:
     return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
 
 
-def _reinplace_graph(gm: GraphModule) -> tuple[int, int, int, str | None]:
-    """Reinplace one graph: (ops made in-place, scatters removed, bytes not allocated, why skipped)."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    sample = [n.meta.get("val") for n in placeholders]
-    if any(_symbolic(v) for v in sample):
-        return 0, 0, 0, "symbolic shapes"  # torch's pass re-derives metadata without a shape environment
-    if any(v is None for v in sample):
-        return 0, 0, 0, "an input without meta['val']"
+def _run_torch_pass(gm: GraphModule, sample: list[Any], refused: set[Node]) -> tuple[list[Node], list[Node]]:
+    """Run torch's pass with passkit's guards, ``refused`` nodes kept functional too; return the
+    nodes it made in-place and the (scatter) nodes it removed, in graph order."""
     before = {n: n.target for n in gm.graph.nodes if n.op == "call_function"}
     swapped = _put_dying_operand_first(gm)
-    shielded = {n: n.target for n in before if _must_stay_functional(n)}
+    shielded = {n: n.target for n in before if n in refused or _must_stay_functional(n)}
     for node, op in shielded.items():
         node.target = _shielded(op)
     try:
@@ -150,12 +157,71 @@ def _reinplace_graph(gm: GraphModule) -> tuple[int, int, int, str | None]:
     remaining = {n for n in gm.graph.nodes if n.op == "call_function"}
     made_inplace = [n for n, target in before.items() if n in remaining and n.target is not target]
     removed = [n for n in before if n not in remaining]
+    return made_inplace, removed
+
+
+def _trial_copy(gm: GraphModule) -> tuple[GraphModule, dict[Node, Node]]:
+    """A copy of ``gm`` to try the pass on, and the map from its nodes to ``gm``'s."""
+    graph, copies = torch.fx.Graph(), {}
+    graph.output(graph.graph_copy(gm.graph, copies))
+    graph._codegen = gm.graph._codegen
+    return GraphModule(gm, graph), {copy: node for node, copy in copies.items()}
+
+
+def _refusals(gm: GraphModule, sample: list[Any], ask: Ask) -> set[Node]:
+    """Ask about each conversion torch's pass would make, once per node, in graph order.
+
+    The pass decides every conversion at once, so it runs on a copy to learn them. Keeping a
+    refused op functional can let the pass convert another op it did not before; that one is
+    asked about in turn, until a copy converts nothing new that is refused. The real run, with
+    the same ops kept functional, then converts exactly what the last copy did.
+    """
+    refused: set[Node] = set()
+    asked: set[Node] = set()
+    while True:
+        trial, original = _trial_copy(gm)
+        made_inplace, removed = _run_torch_pass(trial, sample, {c for c, n in original.items() if n in refused})
+        conversions = {original[n]: (n.target, "inplace") for n in made_inplace}
+        conversions.update({original[n]: (n.target, "scatter") for n in removed})
+        fresh = [node for node in gm.graph.nodes if node in conversions and node not in asked]
+        for node in fresh:
+            asked.add(node)
+            if not ask(node, *conversions[node]):
+                refused.add(node)
+        if not any(node in refused for node in fresh):
+            return refused
+
+
+def _reinplace_graph(gm: GraphModule, ask: Ask | None = None) -> tuple[int, int, int, str | None]:
+    """Reinplace one graph: (ops made in-place, scatters removed, bytes not allocated, why skipped)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    sample = [n.meta.get("val") for n in placeholders]
+    if any(_symbolic(v) for v in sample):
+        return 0, 0, 0, "symbolic shapes"  # torch's pass re-derives metadata without a shape environment
+    if any(v is None for v in sample):
+        return 0, 0, 0, "an input without meta['val']"
+    refused = _refusals(gm, sample, ask) if ask is not None else set()
+    made_inplace, removed = _run_torch_pass(gm, sample, refused)
     saved = sum(_nbytes(n.meta.get("val")) for n in made_inplace + removed)
     return len(made_inplace), len(removed), saved, None
 
 
+def _asker(context: StepContext | None, graph_name: str) -> Ask | None:
+    """Each conversion becomes one ``passkit_should_apply`` ask naming the node and its op."""
+    if context is None or context.hook is None or not context.hook.passkit_should_apply.get_hookimpls():
+        return None  # nobody to ask: spare the trial run
+
+    def ask(node: Node, converted: Any, kind: str) -> bool:
+        op = _torch.op_name(node.target) or str(node.target)
+        name = f"{op} -> {_torch.op_name(converted) or converted}" if kind == "inplace" else f"{op} -> copy_"
+        source = source_line(node) or ""
+        return context.should_apply(kind="reinplace", name=name, group="", graph=graph_name, nodes=(node.name,), source=source)
+
+    return ask
+
+
 @graph_pass("reinplace", requires={"functional"}, invalidates={"functional"})
-def reinplace(program: Program, *, graphs: list[str] | None = None) -> bool:
+def reinplace(program: Program, *, graphs: list[str] | None = None, context: StepContext | None = None) -> bool:
     """Make functional ops in-place where nothing else reads their input (post-grad; fewer bytes allocated)."""
     if "joint" in program.graphs or (program.training and "main" in program.graphs):
         found = "joint" if "joint" in program.graphs else "main"
@@ -170,7 +236,7 @@ def reinplace(program: Program, *, graphs: list[str] | None = None) -> bool:
     made = scatters = saved = 0
     skipped: dict[str, str] = {}
     for name in names:
-        count, removed, nbytes, reason = _reinplace_graph(program.graphs[name])
+        count, removed, nbytes, reason = _reinplace_graph(program.graphs[name], _asker(context, name))
         if reason is not None:
             skipped[name] = reason
         made, scatters, saved = made + count, scatters + removed, saved + nbytes

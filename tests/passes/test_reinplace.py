@@ -211,3 +211,95 @@ def test_a_sum_with_an_input_first_writes_into_the_operand_that_dies(make_progra
     x_before = x.clone()
     assert torch.equal(program.graphs["main"](x, w)[0], input_plus_product(x, w))
     assert torch.equal(x, x_before)
+
+
+class _RefuseOneReinplace:
+    """A ``passkit_should_apply`` plugin: records what reinplace asks, refuses application ``refuse``."""
+
+    def __init__(self, refuse: int | None = None) -> None:
+        self.refuse, self.asked = refuse, []
+
+    @passkit.hookimpl
+    def passkit_should_apply(self, context: passkit.StepContext, application: passkit.Application) -> bool | None:
+        if context.step.pass_name != "reinplace":
+            return None
+        self.asked.append(application)
+        return False if application.index == self.refuse else None
+
+
+def _gelu_chain(x: torch.Tensor) -> torch.Tensor:
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608 * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def _reinplaced(make_program, tmp_path: Path, x: torch.Tensor):
+    from passkit.plugins import get_plugin_manager
+    from passkit.registry import get_registry
+    from passkit.runner import run_pipeline
+
+    program = make_program(_gelu_chain, x, passes=())
+    pipeline = passkit.load_pipeline(_pipeline(tmp_path, "inference-python"))
+    report = run_pipeline(pipeline, program, pm=get_plugin_manager(), registry=get_registry())
+    nodes = {node.name: node for node in program.graphs["main"].graph.nodes}
+    return program, next(r.stats for r in report.records if r.pass_name == "reinplace"), nodes
+
+
+def test_each_conversion_is_asked_once_and_a_refused_one_stays_functional(make_program, register_passkit_plugin,
+                                                                           tmp_path) -> None:
+    from passkit import _torch
+
+    x = torch.randn(8, 16)
+    plugin = register_passkit_plugin(_RefuseOneReinplace())
+    _, stats, _ = _reinplaced(make_program, tmp_path, x)
+    asked = plugin.asked
+    assert len(asked) == stats["reinplaced"] + stats["scatters_removed"] >= 4
+    assert [a.index for a in asked] == list(range(1, len(asked) + 1))
+    assert len({a.nodes for a in asked}) == len(asked) and all(len(a.nodes) == 1 for a in asked)  # once per node
+    assert {(a.kind, a.graph) for a in asked} == {("reinplace", "main")}
+    assert "aten.tanh.default -> aten.tanh_.default" in [a.name for a in asked]
+
+    refused = asked[1]
+    plugin.refuse, plugin.asked = 2, []
+    program, stats, nodes = _reinplaced(make_program, tmp_path, x)
+    assert plugin.asked == asked  # the same questions: each conversion once, in graph order
+    assert stats["reinplaced"] == len(asked) - 1
+    for application in asked:
+        functional, inplace = application.name.split(" -> ")
+        expected = functional if application is refused else inplace
+        assert _torch.op_name(nodes[application.nodes[0]].target) == expected, application
+    (got,) = program.graphs["main"](x)
+    torch.testing.assert_close(got, _gelu_chain(x))
+
+
+def test_bisect_names_a_bad_reinplace_application(register_passkit_plugin, tmp_path, monkeypatch) -> None:
+    """A reinplace that computes one op wrongly (planted: its in-place op becomes a subtraction)
+    is found among the good ones, down to its node."""
+    import planted_bugs
+    from passkit.debug.bisect_model import bisect_model
+    from passkit.passes import reinplace as reinplace_module
+    from passkit.plugins import get_plugin_manager
+    from passkit.registry import get_registry
+
+    monkeypatch.chdir(tmp_path)
+    real_pass = reinplace_module._torch.reinplace_graph
+
+    def with_a_bad_conversion(gm, sample):  # the tanh's residual add in chain's forward goes wrong
+        real_pass(gm, sample)
+        for node in gm.graph.nodes:
+            if node.name == "add_1" and node.target is torch.ops.aten.add_.Tensor:
+                node.target = torch.ops.aten.sub_.Tensor
+        gm.recompile()
+
+    monkeypatch.setattr(reinplace_module._torch, "reinplace_graph", with_a_bad_conversion)
+    register_passkit_plugin(planted_bugs, name="planted_bugs")
+    fixed = Path(__file__).resolve().parents[1] / "debug" / "fixed_training.toml"
+    path = tmp_path / "reinplaced.toml"
+    path.write_text(f'[pipeline]\nname = "r"\nextends = "{fixed}"\n\n[[steps]]\npass = "reinplace"\nafter = "fx.dce"\n')
+    pipeline = passkit.load_pipeline(str(path))
+    results, _ = bisect_model(pipeline, "planted_bugs:chain", pm=get_plugin_manager(), registry=get_registry())
+    (result,) = results
+    assert pipeline.where(result.first_bad) == f"{path.name}: steps[0] (reinplace)"
+    assert result.outcome.kind == "numerics"
+    bad = result.pattern_application
+    # The application names what the conversion makes, here the planted subtraction.
+    assert (bad.kind, bad.graph, bad.nodes, bad.name) == ("reinplace", "forward", ("add_1",), "aten.add.Tensor -> aten.sub_.Tensor")
+    assert 1 < bad.index < result.applications  # found among good ones on both sides
