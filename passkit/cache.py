@@ -12,7 +12,10 @@ instead of running the steps. The key (``cache_key``) covers everything that dec
   stride, dtype, device, ``requires_grad``; symbolic sizes by name) and the signature;
 - what a step's ``cache_context`` names outside the program and options (``codegen.inductor``:
   a digest of Inductor's global config with the step's settings applied);
-- the torch, Python and passkit versions, and the device.
+- the torch, Python and passkit versions, and the device;
+- a digest of passkit's own files (``passkit_source_digest``: every ``passkit/**/*.py`` and
+  shipped pipeline file, read once per process), so an upgrade or a local edit of the runtime,
+  capture or a built-in pass never loads an entry that other passkit code compiled.
 
 An entry is one file ``<key>.entry`` under ``cache_dir()`` (``PASSKIT_CACHE_DIR``, else the
 user cache directory): a magic line, the sha256 and length of the payload, then the pickled
@@ -61,6 +64,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
 from torch.fx import GraphModule
+
+from passkit.pass_api import passkit_source_digest
 
 if TYPE_CHECKING:
     from passkit.pipeline import Pipeline
@@ -193,6 +198,7 @@ def cache_key(pipeline: Pipeline, program: Program, *, plugins: Iterable[str] = 
         "training": program.training,
         "facts": sorted(program.facts),
         "versions": _versions(),
+        "passkit_sources": passkit_source_digest(),
         "device": _device(program),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

@@ -5,7 +5,8 @@ over facts (``requires``, ``produces``, ``invalidates``). Its options are its ke
 parameters; passkit builds a strict pydantic model from their annotations and defaults, or the
 pass gives ``options=SomeModel``. The fingerprint (name, version, a hash of the source file of the
 pass's module and the version of the distribution that ships it) feeds the compile cache key, so
-editing a plugin invalidates its entries and pass authors never write a ``uuid()``. A pass that
+editing a plugin invalidates its entries and pass authors never write a ``uuid()``;
+``passkit_source_digest`` fingerprints passkit's own files for the same key. A pass that
 is approximate by design (a tanh GELU) declares ``tolerance=(rtol, atol)``: numerics checks of
 a pipeline that runs it accept that much difference.
 """
@@ -20,6 +21,7 @@ import re
 import textwrap
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import pydantic
@@ -117,7 +119,7 @@ def _source_digest(fn: Callable[..., Any]) -> str:
     try:
         path = inspect.getsourcefile(fn)
         if path:
-            return _file_digest(path)
+            return _passkit_file_digests().get(_inside_passkit(path), "") or _file_digest(path)
     except (OSError, TypeError):
         pass
     try:
@@ -133,6 +135,32 @@ def _file_digest(path: str) -> str:
             return hashlib.sha256(handle.read()).hexdigest()
     except OSError:
         return "unreadable:" + path
+
+
+PASSKIT_ROOT = Path(__file__).resolve().parent
+
+
+def passkit_source_digest() -> str:
+    """sha256 over passkit's own files (every ``passkit/**/*.py`` and shipped pipeline file,
+    by path and content), read once per process: the compile cache keys on it, so an upgrade
+    or a local edit of passkit's runtime, capture or built-in passes never serves an entry
+    compiled by other code. Built-in passes' fingerprints read their files from the same table."""
+    digests = _passkit_file_digests()
+    return hashlib.sha256("\n".join(f"{path}={digest}" for path, digest in sorted(digests.items())).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _passkit_file_digests() -> dict[str, str]:
+    files = [*PASSKIT_ROOT.rglob("*.py"), *(PASSKIT_ROOT / "pipelines").glob("*.toml")]
+    return {path.relative_to(PASSKIT_ROOT).as_posix(): _file_digest(str(path)) for path in files}
+
+
+def _inside_passkit(path: str) -> str:
+    """``path`` relative to the passkit package ("" when it is outside)."""
+    try:
+        return Path(path).resolve().relative_to(PASSKIT_ROOT).as_posix()
+    except ValueError:
+        return ""
 
 
 @functools.lru_cache(maxsize=None)

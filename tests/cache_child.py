@@ -1,6 +1,6 @@
 """A child process for the compile cache tests: compile a small model, train one step, report.
 
-Prints one JSON line: whether the compile was a cache hit, how many passes ran, how often
+Prints one JSON line: whether the compile was a cache hit, which passkit ran, how many passes ran, how often
 Inductor's FX graph cache hit, missed or was bypassed, and the outputs and gradients as lists
 (the compiled model's and eager's), so the parent can compare processes exactly.
 ``CHILD_PIPELINE`` names the pipeline (default ``training-python``). With ``--hang-in-write``
@@ -47,6 +47,7 @@ def compile_and_report() -> dict:
         Pass.run = original
     return {
         "cache": compiled.passkit_reports[0].cache,
+        "passkit": passkit.__file__,
         "passes_run": len(runs),
         "inductor": _torch.inductor_cache_counts(),
         "out": out.detach().tolist(),

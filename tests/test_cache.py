@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,6 +52,43 @@ def test_a_second_process_loads_the_compiled_program_and_computes_the_same(tmp_p
     assert cold["passes_run"] == steps and warm["passes_run"] == 0  # the hit ran no pass at all
     assert (warm["out"], warm["grads"]) == (cold["out"], cold["grads"])
     assert len(_entries(tmp_path)) == 1
+
+
+def test_a_process_running_edited_passkit_sources_compiles_again(tmp_path: Path) -> None:
+    """The key covers passkit's own files: a local edit of its runtime (or an upgrade) never
+    loads what other passkit code compiled, and unchanged sources still hit."""
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "passkit", site / "passkit", ignore=shutil.ignore_patterns("__pycache__"))
+    cache = tmp_path / "cache"
+
+    def run() -> dict:
+        env = _child_env(cache, CHILD_PIPELINE="training-python")
+        env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
+        done = subprocess.run([sys.executable, str(CHILD)], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    cold, warm = run(), run()
+    assert cold["passkit"] == str(site / "passkit" / "__init__.py")
+    assert (cold["cache"], warm["cache"]) == ("", "hit")
+    runtime = site / "passkit" / "runtime.py"
+    runtime.write_text(runtime.read_text() + "\n# a local edit\n")
+    edited = run()
+    steps = len(passkit.load_pipeline("training-python").steps)
+    assert (edited["cache"], edited["passes_run"]) == ("", steps)
+    assert (edited["out"], edited["grads"]) == (cold["out"], cold["grads"])
+    assert len(_entries(cache)) == 2
+
+
+def test_the_key_follows_passkit_source_digest(monkeypatch) -> None:
+    from passkit import cache
+    from tiny_programs import make_program
+
+    pipeline, program = passkit.load_pipeline("training-python"), make_program()
+    key = cache.cache_key(pipeline, program)
+    assert cache.cache_key(pipeline, program) == key
+    monkeypatch.setattr(cache, "passkit_source_digest", lambda: "0" * 64)
+    assert cache.cache_key(pipeline, program) != key
 
 
 @pytest.mark.slow
