@@ -181,7 +181,7 @@ def specialize_float_inputs(gm: torch.fx.GraphModule) -> int:
     specialized = 0
     for node in list(gm.graph.nodes):
         value = node.meta.get("example_value") if node.op == "placeholder" else None
-        memo = value.item_memo if isinstance(value, FakeTensor) else None
+        memo = getattr(value, "item_memo", None) if isinstance(value, FakeTensor) else None
         if memo is None or not node.users or not all(_reads_item(user) for user in node.users):
             continue
         constant = guard_scalar(memo)
