@@ -116,7 +116,7 @@ class Problem:
         Inputs and kept values (random ops, ``never_recompute``) that the backward would reach
         are saved too, so every plan this returns is one the rules allow.
         """
-        order = {n: i for i, n in enumerate(self.relevant_order())}
+        order = self._position()
         saved_tuple = tuple(sorted({n for n in _items_of(saved) if n in order}, key=order.__getitem__))
         if saved_tuple in self._plans:
             return self._plans[saved_tuple]
@@ -140,11 +140,13 @@ class Problem:
         self._plans[saved_tuple] = plan
         return plan
 
-    def relevant_order(self) -> list[Node]:
-        if not hasattr(self, "_order"):
+    def _position(self) -> dict[Node, int]:
+        """Each relevant value's place in graph order, which orders a plan's saved values."""
+        if not hasattr(self, "_positions"):
             graph = next(iter(self.relevant)).graph if self.relevant else None
-            self._order = [n for n in graph.nodes if n in self.relevant] if graph is not None else []
-        return self._order
+            nodes = [n for n in graph.nodes if n in self.relevant] if graph is not None else []
+            self._positions = {n: i for i, n in enumerate(nodes)}
+        return self._positions
 
     # -- the time/bytes frontier ------------------------------------------------------------
 
