@@ -4,7 +4,8 @@
 every forward value the backward reads; backward-only work that depends on primals alone (a
 weight's transpose, say) moves to the backward. ``partition.torch_min_cut`` hands the joint
 graph to torch's own min-cut rematerialization partitioner (which honours the ``recompute``
-tags that ``torch.utils.checkpoint`` leaves), so the two can be compared in one run.
+tags that ``torch.utils.checkpoint`` leaves), so the two can be compared in one run; random ops
+are tagged to be saved first, as torch's partitioner would recompute most of them.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from typing import Any, Callable
 import pydantic
 import torch
 from torch.fx import Graph, GraphModule, Node
+from torch.utils.checkpoint import CheckpointPolicy
 
 from passkit import _torch
+from passkit.errors import PassError
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import Pass, graph_pass
 from passkit.program import Desc, GraphIO, Program
@@ -187,7 +190,15 @@ def torch_min_cut(program: Program, *, memory_budget: float) -> bool:
     joint_gm = program.graphs["joint"]
     io = program.io("joint")
     n_fwd = io.n_visible
+    _save_random_values(joint_gm)
     forward, backward = _torch.min_cut_partition(joint_gm, n_fwd, memory_budget=memory_budget)
+    redrawn = next((n for n in backward.graph.nodes if n.op == "call_function" and _torch.call_draws_random_numbers(n)), None)
+    if redrawn is not None:
+        raise PassError(
+            f"partition.torch_min_cut: torch's plan at memory_budget = {memory_budget} recomputes random op "
+            f"{redrawn.target} in the backward, which would draw other numbers than the forward did; "
+            "use partition.min_cut, or a budget above 0"
+        )
     fw_outputs = _output_args(forward)
     saved_names = [getattr(n, "name", None) for n in fw_outputs[n_fwd:]]
     bw_inputs = [n for n in backward.graph.nodes if n.op == "placeholder"]
@@ -205,6 +216,18 @@ def torch_min_cut(program: Program, *, memory_budget: float) -> bool:
     bw_io = GraphIO(inputs=bw_descs, outputs=list(io.outputs[n_fwd:]))
     _install(program, forward, fw_io, backward, bw_io)
     return True
+
+
+def _save_random_values(joint: GraphModule) -> None:
+    """Tag every random op's values ``MUST_SAVE``, so the backward never draws them again.
+
+    torch's partitioner knows three random ops (``native_dropout``, ``rand_like``,
+    ``randn_like``); below budget 1 it recomputes the others, such as the ``bernoulli`` that CPU
+    dropout draws, and a recomputed mask differs from the forward's: wrong gradients, silently.
+    """
+    for node in joint.graph.nodes:
+        if node.op == "call_function" and _torch.call_draws_random_numbers(node):
+            node.meta["recompute"] = CheckpointPolicy.MUST_SAVE
 
 
 @hookimpl

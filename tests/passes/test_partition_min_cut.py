@@ -115,6 +115,39 @@ def test_gradients_equal_eager_for_every_budget(budget: float, tmp_path) -> None
         torch.testing.assert_close(p_twin.grad, p_eager.grad)
 
 
+def _dropout_mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 64), nn.LayerNorm(64), nn.GELU(), nn.Dropout(0.2), nn.Linear(64, 16))
+
+
+@pytest.mark.parametrize("budget", [0.1, 0.25, 0.75])
+def test_torch_min_cut_saves_dropout_masks_so_gradients_equal_eager(budget: float, tmp_path) -> None:
+    # torch's partitioner knows native_dropout but not the bernoulli CPU dropout draws: below
+    # 0.75 it recomputed the mask in the backward, a fresh draw (gradients off by up to 9).
+    eager = _dropout_mlp()
+    twin = copy.deepcopy(eager)
+    compiled = passkit.aot_module(twin, pipeline=_pipeline(tmp_path, pass_name="partition.torch_min_cut", memory_budget=budget))
+    x = torch.randn(8, 16)
+    for runner in (eager, compiled):
+        torch.manual_seed(7)
+        (runner(x) ** 2).sum().backward()
+    for p_eager, p_twin in zip(eager.parameters(), twin.parameters()):
+        torch.testing.assert_close(p_twin.grad, p_eager.grad)
+
+
+def test_torch_min_cut_at_budget_zero_refuses_to_draw_dropout_twice(tmp_path) -> None:
+    path = _pipeline(tmp_path, pass_name="partition.torch_min_cut", memory_budget=0.0)
+    with pytest.raises(passkit.PassError) as info:
+        passkit.aot_module(_dropout_mlp(), pipeline=path, repro_dir=str(tmp_path / "repro"))(torch.randn(8, 16))
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"{path}: steps[0] (partition.torch_min_cut) failed: PassError: partition.torch_min_cut: torch's plan at "
+        "memory_budget = 0.0 recomputes random op aten.bernoulli.p in the backward, which would draw other numbers "
+        "than the forward did; use partition.min_cut, or a budget above 0"
+    )
+
+
 def test_random_ops_are_never_recomputed_even_when_listed() -> None:
     def fn(x, w):
         return torch.nn.functional.dropout((x @ w).sin(), 0.5).cos().sum()
