@@ -203,7 +203,11 @@ def run_workload(
             pass_name, extra = PARTITIONERS[label]
             tag = f"{label}@{budget:g}"
             path = _pipeline(directory, f"{name}-{label}-{budget:g}", pass_name, memory_budget=budget, **extra)
-            contenders.append(_contender(tag, factory, path, contenders[0]))
+            try:
+                contenders.append(_contender(tag, factory, path, contenders[0]))
+            except passkit.PassError as exc:  # torch's plan at budget 0 redraws dropout
+                print(f"  {tag}: refused: {exc}", flush=True)
+                continue
             print(f"  {tag}: compiled in {contenders[-1].compile_s:.1f}s", flush=True)
     flops = {c.name: c.saved_bytes for c in contenders if c.name.startswith("flops@")}
     low, high = flops.get("flops@0"), flops.get("flops@1")
