@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 import networkx as nx
+from networkx.algorithms.flow import boykov_kolmogorov
 from torch.fx import Node
 
 from passkit.passes.partition_costs import node_bytes, storage_root
@@ -35,6 +36,7 @@ __all__ = ["Problem", "Plan", "PlanError"]
 
 _MAX_HULL_CUTS = 40
 _FILL_STARTS = 3  # frontier plans under the limit that the gap fill starts from
+_COSTLY_CANDIDATES = 64  # of a plan's recomputed values, the slowest few that the fill may save
 
 
 class PlanError(Exception):
@@ -73,6 +75,10 @@ class Problem:
         self.must_save = {n for n in self.must_save & self.relevant if not _is_multi_output(n)}
         self.must_recompute &= self.relevant
         self.bytes = {n: node_bytes(n) for n in self.relevant}
+        # Plans are evaluated thousands of times on a large model: walk plain dicts, not FX nodes.
+        self._inputs = {n: [a for a in n.all_input_nodes if a in self.relevant] for n in self.relevant}
+        self._root_bytes = {n: (storage_root(n), self.bytes[n]) for n in self.relevant}
+        self._reads = [n for n in self.read_by_backward if n in self.relevant]
         self._plans: dict[tuple[Node, ...], Plan] = {}
 
     # -- one cut ---------------------------------------------------------------------------
@@ -104,7 +110,7 @@ class Problem:
         if "source" not in graph or "sink" not in graph:
             return self.evaluate([])  # the backward reads nothing of the forward (or nothing at all)
         try:
-            _, (source_side, _) = nx.minimum_cut(graph, "source", "sink")
+            _, (source_side, _) = nx.minimum_cut(graph, "source", "sink", flow_func=boykov_kolmogorov)
         except nx.NetworkXUnbounded:
             raise PlanError(_contradiction(self)) from None
         saved = [n for n in self.relevant if ("in", n) in source_side and ("out", n) not in source_side]
@@ -121,7 +127,7 @@ class Problem:
         if saved_tuple in self._plans:
             return self._plans[saved_tuple]
         saved_set = set(saved_tuple)
-        in_backward = _ancestors_within(self.read_by_backward, self.forward, stop=saved_set)
+        in_backward = self._reached(saved_set)
         forced = [n for n in in_backward - saved_set
                   if n.op == "placeholder" or (n in self.keep and n in self.required)]
         if forced:
@@ -133,12 +139,25 @@ class Problem:
         # A value only the backward needs is computed there in any plan; recomputing means the
         # forward computes it too.
         recomputed = frozenset(n for n in in_backward - saved_set if n in self.required and n.op != "placeholder")
-        roots = {storage_root(n) for n in saved_tuple}
-        total = sum(node_bytes(r) for r in roots)
+        total = sum(dict(self._root_bytes[n] for n in saved_tuple).values())
         time_ns = sum(self.time_ns.get(n, 0) for n in recomputed)
         plan = Plan(saved_tuple, recomputed, total, time_ns)
         self._plans[saved_tuple] = plan
         return plan
+
+    def _reached(self, saved: set[Node]) -> set[Node]:
+        """Forward values the backward reaches: those it reads, and what computes them, back to
+        the saved values."""
+        seen: set[Node] = set()
+        stack = list(self._reads)
+        inputs = self._inputs
+        while stack:
+            node = stack.pop()
+            if node not in seen:
+                seen.add(node)
+                if node not in saved:
+                    stack.extend(inputs[node])
+        return seen
 
     def _position(self) -> dict[Node, int]:
         """Each relevant value's place in graph order, which orders a plan's saved values."""
@@ -189,9 +208,10 @@ class Problem:
         """Plans between ``low`` and ``high``: ``low`` saving more values that cost it time."""
         # One pass in order of time saved per byte, each measured against ``low``: a knapsack's
         # greedy order, two plan evaluations per candidate however large the graph.
-        scored = []
-        costly = [n for n in low.recomputed if self.time_ns.get(n, 0) > 0 and n not in set(high.saved)]
-        for node in (n for n in (*high.saved, *costly) if n not in set(low.saved) and n not in self.must_recompute):
+        scored, in_low, in_high = [], set(low.saved), set(high.saved)
+        costly = sorted((n for n in low.recomputed if self.time_ns.get(n, 0) > 0 and n not in in_high),
+                        key=lambda n: -self.time_ns[n])[:_COSTLY_CANDIDATES]
+        for node in (n for n in (*high.saved, *costly) if n not in in_low and n not in self.must_recompute):
             alone = self.evaluate((*low.saved, node))
             gained = low.time_ns - alone.time_ns
             if gained > 0 and alone.bytes <= limit:
