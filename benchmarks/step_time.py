@@ -15,7 +15,8 @@ compilation), the median of ``--compile-repeats`` fresh compiles after ``torch._
 runs every contender once, in an order that rotates each round, and the median per contender is
 reported, with the minimum (less sensitive to other processes). First-use costs
 (imports, registries) are paid by an untimed warm-up compile, Inductor's and AOT Autograd's
-on-disk caches are switched off, and every compile starts from empty Inductor kernel caches, so
+on-disk caches are switched off, passkit's compile cache too (``cache="off"``: a hit would run
+none of passkit's stages), and every compile starts from empty Inductor kernel caches, so
 compile times are cold and comparable.
 
 With few cores, any other busy process makes torch's worker threads wait on each other and step
@@ -199,7 +200,7 @@ def build_contenders(
         ("inductor", lambda m: torch.compile(m, backend="inductor")),
     ]
     for spec in pipelines:
-        builders.append((f"passkit:{spec}", lambda m, spec=spec: passkit.compile(m, pipeline=spec)))
+        builders.append((f"passkit:{spec}", lambda m, spec=spec: passkit.compile(m, pipeline=spec, cache="off")))
     compile_times: dict[str, list[float]] = {name: [] for name, _ in builders}
     skipped: set[str] = set()
     built: dict[str, Contender] = {}
@@ -241,7 +242,7 @@ def warm_up(pipelines: list[str]) -> None:
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU(), torch.nn.Linear(16, 8))
     x = torch.randn(4, 8)
     compilers = [lambda m: torch.compile(m, backend="aot_eager")]
-    compilers += [lambda m, spec=spec: passkit.compile(m, pipeline=spec) for spec in pipelines]
+    compilers += [lambda m, spec=spec: passkit.compile(m, pipeline=spec, cache="off") for spec in pipelines]
     for compile_fn in compilers:
         compiled = compile_fn(copy.deepcopy(model))
         (compiled(x) ** 2).mean().backward()

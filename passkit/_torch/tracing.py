@@ -40,6 +40,7 @@ __all__ = [
     "keeps_grad_mode_regions",
     "mutates",
     "new_fake_mode",
+    "nothing_to_decompose",
     "pytree",
     "retrace",
     "set_grad_enabled",
@@ -215,6 +216,28 @@ def retrace(
         _rename_placeholders(new_gm, names)
     _use_plain_codegen(new_gm)
     return new_gm
+
+
+def nothing_to_decompose(gm: GraphModule, decompositions: dict[Any, Callable[..., Any]]) -> bool:
+    """Whether re-tracing ``gm`` through ``decompositions`` would lower no op.
+
+    True when every call is ``getitem`` or an ATen-level op that is not in the table and that
+    tracing does not break up by itself (no ``CompositeImplicitAutograd`` kernel). Anything else
+    (a higher-order op with its own subgraph, a Python function, a submodule) counts as work.
+    """
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output"):
+            continue
+        if node.op != "call_function":
+            return False
+        target = node.target
+        if target is operator.getitem:
+            continue
+        if not isinstance(target, OpOverload) or target in decompositions:
+            return False
+        if torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd"):
+            return False
+    return True
 
 
 def _is_grad_mode_call(node: torch.fx.Node) -> bool:

@@ -139,8 +139,13 @@ def main_table(table: dict[Any, Callable[..., Any]], *, training: bool) -> dict[
 def _lowered(gm: Any, table: dict[Any, Callable[..., Any]], *, functional: bool) -> Any:
     """Re-trace through ``table``; under functionalization only if a decomposition mutates.
 
-    Most decompositions are functional, and the plain trace is about a third cheaper.
+    Most decompositions are functional, and the plain trace is about a third cheaper. A graph
+    with no op to decompose is kept as it is: a training ``main`` usually has none (every op
+    with its own autograd formula waits for ``joint``), and re-tracing it would only add the
+    unused outputs of multi-output ops.
     """
+    if _torch.nothing_to_decompose(gm, table):
+        return gm
     lowered = _torch.retrace(gm, decompositions=table, functional=False)
     if functional and _torch.has_mutations(lowered):
         lowered = _torch.retrace(gm, decompositions=table, functional=True)
