@@ -181,3 +181,45 @@ def test_dropout_on_a_transposed_activation_meets_the_core_aten_fact(tmp_path, o
     out = compiled(x, w)
     torch.manual_seed(3)
     torch.testing.assert_close(out, fn(x, w), rtol=0, atol=0)
+
+
+def test_a_training_main_with_nothing_to_lower_is_kept_as_it_is(make_program) -> None:
+    from passkit.testing import assert_pass_preserves_numerics
+
+    # Before joint, a training main keeps every op with its own autograd formula (mm, layer norm),
+    # so Inductor's table lowers nothing here: no re-trace, which would only add unused getitems.
+    def fn(x, w):
+        return torch.nn.functional.layer_norm(x @ w, (5,))
+
+    program = make_program(fn, torch.randn(3, 4), torch.randn(4, 5, requires_grad=True))
+    before = program.graphs["main"]
+    changed = assert_pass_preserves_numerics("decompose", program, tables=["inductor"])
+    assert not changed
+    assert program.graphs["main"] is before
+    assert "getitem_1" not in program.graphs["main"].code
+    assert "decomposed" in program.facts
+
+
+def test_a_main_with_an_op_to_lower_is_still_lowered(make_program) -> None:
+    from passkit.testing import assert_pass_preserves_numerics
+
+    def fn(x, w):
+        return torch.nn.functional.hardswish(x * w)  # Inductor's table decomposes hardswish
+
+    program = make_program(fn, torch.randn(3, 4), torch.randn(3, 4))
+    assert not program.training
+    assert "hardswish" in program.graphs["main"].code
+    assert assert_pass_preserves_numerics("decompose", program, tables=["inductor"])
+    assert "hardswish" not in program.graphs["main"].code
+
+
+def test_nothing_to_decompose_sees_ops_that_tracing_breaks_up_by_itself() -> None:
+    from passkit import _torch
+
+    args = [torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)]
+    pre = _torch.trace_graph(torch.nn.functional.linear, args, pre_dispatch=True)
+    post = _torch.trace_graph(torch.nn.functional.linear, args, pre_dispatch=False)
+    assert "aten.linear.default" in pre.code  # CompositeImplicitAutograd: a post-dispatch trace lowers it
+    assert not _torch.nothing_to_decompose(pre, {})
+    assert _torch.nothing_to_decompose(post, {})
+    assert not _torch.nothing_to_decompose(post, {torch.ops.aten.addmm.default: None})

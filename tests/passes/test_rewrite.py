@@ -142,3 +142,23 @@ def test_only_naming_a_pattern_the_sets_lack_fails_in_one_line(tmp_path) -> None
         f"{path}: steps[0] (rewrite) failed: ValueError: only names pattern 'noops:veiw', which the named sets "
         "do not have; did you mean 'noops:view'? (after: functionalize)"
     )
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return ((q @ k.transpose(-2, -1)) * 0.25).softmax(-1) @ v
+
+
+def test_a_second_compile_does_not_trace_the_attention_patterns_again(make_program, monkeypatch) -> None:
+    from passkit.patterns import trace
+    from passkit.testing import assert_pass_preserves_numerics
+
+    lowered = []
+    real_lower = trace._lower
+    monkeypatch.setattr(trace, "_lower", lambda *args: lowered.append(args) or real_lower(*args))
+    q, k, v = (torch.randn(2, 3, 5, 4, requires_grad=True) for _ in range(3))
+    for _ in range(2):
+        lowered.clear()
+        program = make_program(_attention, q, k, v, passes=("functionalize", "decompose"))
+        assert assert_pass_preserves_numerics("rewrite", program, patterns=["attention"])
+        assert "scaled_dot_product_attention" in program.graphs["main"].code
+    assert lowered == []  # the first compile in the process traced them; the second reuses them
