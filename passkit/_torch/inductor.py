@@ -110,17 +110,30 @@ def inductor_decompositions() -> dict[Any, Callable[..., Any]]:
     Without them every op in the table is gone once it ran, which is what the ``decomposed``
     fact checks. Inductor lowers those ops itself; ``codegen.inductor`` gives ``full`` its dtype.
     """
-    import inspect
-
     from torch._inductor.lowering import lowerings
 
-    def may_decline(fn: Callable[..., Any]) -> bool:
-        try:
-            return "NotImplemented" in inspect.getsource(inspect.unwrap(fn))
-        except (OSError, TypeError):
-            return True
+    return {op: fn for op, fn in inductor_all_decompositions().items() if not (op in lowerings and _may_decline(fn))}
 
-    return {op: fn for op, fn in inductor_all_decompositions().items() if not (op in lowerings and may_decline(fn))}
+
+def _may_decline(fn: Callable[..., Any]) -> bool:
+    """Whether a decomposition names ``NotImplemented`` (or ``NotImplementedError``), in its
+    own code or a function nested in it; true for callables without Python code.
+
+    Reads the compiled code's names, not the source (``inspect.getsource`` tokenizes the file
+    again for each entry, a tenth of a second over the table on the first compile).
+    """
+    import inspect
+
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:
+        return True
+    pending = [code]
+    while pending:
+        current = pending.pop()
+        if any("NotImplemented" in name for name in current.co_names):
+            return True
+        pending.extend(c for c in current.co_consts if isinstance(c, type(code)))
+    return False
 
 
 def inductor_callable(compiled: Any) -> Callable[[list[Any]], Any]:
