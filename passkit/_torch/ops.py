@@ -227,7 +227,17 @@ def has_own_autograd_formula(op: Any) -> bool:
     """
     if not isinstance(op, OpOverload):
         return False
-    name = op.name()
+    if op.namespace == "aten":  # registered once, when torch loads: asked per op of a table per compile
+        return _aten_has_own_autograd_formula(op)
+    return _has_own_autograd_formula(op.name())
+
+
+@functools.cache
+def _aten_has_own_autograd_formula(op: OpOverload) -> bool:
+    return _has_own_autograd_formula(op.name())
+
+
+def _has_own_autograd_formula(name: str) -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key(
         name, "Autograd"
     ) and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
