@@ -32,7 +32,7 @@ __all__ = ["TracedSearch", "from_trace"]
 _SIZE_NAMES = frozenset({"size", "shape", "sizes", "stride"})
 _DIM_NAMES = frozenset({"dim", "dim0", "dim1", "start_dim", "end_dim"})
 _lock = threading.Lock()
-_LOWERED: dict[tuple[Any, Any], tuple[Op, ...]] = {}
+_LOWERED: dict[tuple[Any, Any, Any], tuple[Op, ...]] = {}
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,9 @@ class TracedSearch:
     def lower(self, canonical: Any = None) -> tuple[Op, ...]:
         """The search roots as ``Op`` trees, traced through ``canonical.table`` (a program's
         ``TargetOpset``) if given."""
-        key = (self, canonical)
+        # A TargetOpset compares by its names only; a training main's canonical form has the same
+        # names and a smaller table (``rewrite``'s ``_canonical_for``), so the ops are the key too.
+        key = (self, canonical, frozenset(canonical.table) if canonical is not None else None)
         with _lock:
             cached = _LOWERED.get(key)
         if cached is None:

@@ -162,3 +162,18 @@ def test_a_second_compile_does_not_trace_the_attention_patterns_again(make_progr
         assert assert_pass_preserves_numerics("rewrite", program, patterns=["attention"])
         assert "scaled_dot_product_attention" in program.graphs["main"].code
     assert lowered == []  # the first compile in the process traced them; the second reuses them
+
+
+def test_patterns_are_traced_for_the_table_a_training_main_keeps() -> None:
+    # Same opset names, smaller table: a training main keeps ops with their own autograd formula.
+    import dataclasses
+
+    from passkit.passes.decompose import DecomposeOptions, _cached_table, main_table
+    from passkit.passes.rewrite import resolve_pattern_set
+    from passkit.program import TargetOpset
+
+    table, kept = _cached_table(DecomposeOptions().tables, [], [])
+    opset = TargetOpset(("core_aten",), (), (), table=table, kept=kept)
+    main_opset = dataclasses.replace(opset, table=main_table(dict(table), training=True))
+    for pattern in resolve_pattern_set("attention").patterns:
+        assert pattern.roots(opset) != pattern.roots(main_opset), pattern.name
