@@ -16,7 +16,8 @@ Run time comes from one of two estimators:
 Views, ``getitem`` and other aliasing ops cost nothing to recompute under both estimators. With
 ``fused_pointwise`` (a code generator that fuses, such as ``codegen.inductor``), pointwise ops cost
 nothing either: recomputed in the backward they fuse into the kernel that reads their inputs,
-which the backward reads in place of their output.
+which the backward reads in place of their output. Not when a matmul, convolution or attention
+reads them: a library kernel needs its input written out, so recomputing costs a kernel's time.
 """
 
 from __future__ import annotations
@@ -103,6 +104,16 @@ def is_pointwise(node: Node) -> bool:
     return node.op == "call_function" and torch.Tag.pointwise in getattr(node.target, "tags", ())
 
 
+def feeds_a_library_kernel(node: Node) -> bool:
+    """Whether a matmul, convolution or attention (an op with a FLOP formula, which code
+    generators call as a library kernel rather than fuse) reads ``node``'s value: recomputed,
+    the value must be written out for it, a kernel of its own."""
+    return any(
+        user.op == "call_function" and getattr(user.target, "overloadpacket", None) in _FLOP_FORMULAS
+        for user in node.users
+    )
+
+
 def _values(args: Any) -> list[Any]:
     flat, _ = _torch.pytree.tree_flatten(args)
     return flat
@@ -129,12 +140,15 @@ class Estimator:
     fused_pointwise: bool = False
 
     def __call__(self, node: Node) -> float:
-        if is_free(node) or (self.fused_pointwise and is_pointwise(node)):
+        if is_free(node) or (self.fused_pointwise and is_pointwise(node) and not feeds_a_library_kernel(node)):
             return 0.0
         return self.seconds(node)
 
     def seconds(self, node: Node) -> float:
         raise NotImplementedError
+
+
+_FLOP_FORMULAS = {*flop_registry, *_SAME_FLOPS_AS}
 
 
 class FlopsEstimator(Estimator):

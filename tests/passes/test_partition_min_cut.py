@@ -80,8 +80,11 @@ def test_fused_pointwise_recomputes_pointwise_chains_at_no_cost_and_saves_less()
     fused = _partition(min_cut, _mlp, _mlp_inputs(), fused_pointwise=True)
     assert fused.stats["recompute_ms"] == 0.0
     assert set(fused.stats["recomputed"]) == {"free"}
-    # gelu(x @ w1).sin() feeds a matmul: save x @ w1 and recompute gelu and sin in the backward.
-    assert {"aten.gelu.default", "aten.sin.default"} <= set(fused.stats["recomputed"]["free"])
+    # In gelu(x @ w1).sin() @ w2, gelu is read only by sin: recomputed in the backward, it fuses
+    # into sin's backward kernel. sin's value is read by a matmul, which needs it written out
+    # (a kernel of its own), so it is saved, as without fusion.
+    assert "aten.gelu.default" in fused.stats["recomputed"]["free"]
+    assert "aten.sin.default" not in fused.stats["recomputed"]["free"]
     assert not {"aten.gelu.default", "aten.sin.default"} & set(plain.stats["recomputed"].get("free", {}))
     assert fused.stats["saved_bytes"] < plain.stats["saved_bytes"]
     # A matmul is never pointwise: under a limit it still costs its time.
