@@ -17,7 +17,8 @@ ops, ``never_recompute``, ``save``), ``X_in -> sink`` forces its recomputation (
 (nanoseconds and bytes) weighted ``a * time + b * bytes``; ``networkx.minimum_cut`` solves each
 weighting exactly. The plans on the lower convex hull of (bytes, time) are found by searching
 weightings between two known plans, the classic parametric search, so a memory limit costs a
-few cuts rather than a sweep.
+few cuts rather than a sweep. A limit between two frontier plans is then met by greedy steps from
+both sides (see ``Problem.fastest_within``), since the best plan under it need not lie on the hull.
 """
 
 from __future__ import annotations
@@ -286,15 +287,13 @@ def _items_of(saved: Iterable[Node]) -> list[Node]:
     return result
 
 
-def _ancestors_within(roots: Iterable[Node], within: set[Node], stop: set[Node] | None = None) -> set[Node]:
+def _ancestors_within(roots: Iterable[Node], within: set[Node]) -> set[Node]:
     seen: set[Node] = set()
     stack = [r for r in roots if r in within]
     while stack:
         node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        if stop is None or node not in stop:
+        if node not in seen:
+            seen.add(node)
             stack.extend(n for n in node.all_input_nodes if n in within)
     return seen
 
