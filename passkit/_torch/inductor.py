@@ -12,9 +12,10 @@ import torch.fx
 from torch.fx import GraphModule
 
 from passkit._torch.inductor_cache import fakes_with_shape_env, static_input_specs
-from passkit._torch.tracing import fake_mode_of, new_fake_mode
+from passkit._torch.tracing import BERNOULLI_IN_LAYOUT, fake_mode_of, new_fake_mode
 
 __all__ = [
+    "hide_bernoulli_fills",
     "inductor_all_decompositions",
     "inductor_callable",
     "inductor_compile",
@@ -84,6 +85,32 @@ def inductor_compile(
                 boxed_forward_device_index=device_index,
             )
     return compiled, (list(strides) if strides is not None else None)
+
+
+def hide_bernoulli_fills(gm: GraphModule, *, fallback_random: bool) -> bool:
+    """Give Inductor each ``bernoulli.p`` it would run as ATen's in-place fill as one opaque op.
+
+    Inductor lowers ``bernoulli.p(x, p)`` to a copy of ``x`` filled in place by ATen (always on
+    the CPU; on CUDA under ``fallback_random``). Its scheduler can fuse the readers of the filled
+    buffer into the kernel that makes the copy, before the fill runs: dropout after a layer norm
+    then multiplies by uninitialized memory (torch 2.13, BERT's embeddings gave a NaN loss).
+    ``passkit::bernoulli_in_layout`` draws the same numbers into a tensor of its own, which
+    Inductor runs as a fallback kernel and orders like any other. Returns whether it changed
+    ``gm``.
+    """
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten.bernoulli.p:
+            continue
+        value = node.meta.get("val")
+        on_cpu = isinstance(value, torch.Tensor) and value.device.type == "cpu"
+        if node.kwargs.get("generator") is None and (fallback_random or on_cpu):
+            p = node.args[1] if len(node.args) > 1 else node.kwargs.get("p", 0.5)
+            node.target, node.args, node.kwargs = BERNOULLI_IN_LAYOUT, (node.args[0], p), {}
+            changed = True
+    if changed:
+        gm.recompile()
+    return changed
 
 
 def restride_fake(value: Any, stride: Sequence[int]) -> Any:

@@ -79,14 +79,15 @@ def inductor_fallback_message(graph: str, training: bool, exc: BaseException) ->
     )
 
 
-def _graph_for_inductor(gm: GraphModule) -> GraphModule:
+def _graph_for_inductor(gm: GraphModule, options: InductorOptions) -> GraphModule:
     """A copy of ``gm`` (Inductor's post-grad passes rewrite the graph they get) in its opset.
 
     Inductor's lowerings assume its decompositions ran. A pipeline that kept ops whole
     (``training-python``'s layer norm) gets them lowered here, by one more trace; the
     ``inductor`` table in a ``decompose`` step does it earlier and cheaper. Of the
     decompositions that table leaves out, the one a lowering relies on is ``full``'s default
-    dtype, filled in from the traced value.
+    dtype, filled in from the traced value. Dropout's ``bernoulli.p`` becomes an op Inductor
+    cannot mis-order (``_torch.hide_bernoulli_fills``).
     """
     table = _torch.inductor_decompositions()
     if any(n.op == "call_function" and n.target in table for n in gm.graph.nodes):
@@ -100,6 +101,7 @@ def _graph_for_inductor(gm: GraphModule) -> GraphModule:
     for node in copy.graph.nodes:
         if node.target is torch.ops.aten.full.default and node.kwargs.get("dtype") is None:
             node.kwargs = {**node.kwargs, "dtype": node.meta["val"].dtype}
+    _torch.hide_bernoulli_fills(copy, fallback_random=options.fallback_random)
     copy.recompile()
     return copy
 
@@ -149,7 +151,7 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
              is_backward: bool, is_inference: bool, static: list[int], visible: list[int],
              graph_id: int, device_index: Any, pair: str = "",
              ) -> tuple[Callable[[list[Any]], Any], Any, cache_form.InductorRecipe | None]:
-    graph = _graph_for_inductor(program.graphs[name])
+    graph = _graph_for_inductor(program.graphs[name], options)
     recipe = cache_form.snapshot(graph, examples, is_backward=is_backward, is_inference=is_inference, static=static,
                                  visible=visible, config_patches=options.config_patches(), pair=pair)
     try:
