@@ -104,6 +104,36 @@ def test_budget_zero_saves_the_fewest_bytes_and_lower_budgets_save_less() -> Non
     assert times == sorted(times, reverse=True)
 
 
+def _head(x, w1, w2):
+    # The first gradient op, tangent @ w2.T, needs no recomputed value; w2's gradient does.
+    return (torch.nn.functional.gelu(x @ w1).sin() @ w2).sum()
+
+
+def test_the_backward_recomputes_each_value_just_before_its_first_use() -> None:
+    program = _partition(min_cut, _head, _mlp_inputs()[:3], memory_budget=0.0)
+    backward = program.graphs["backward"]
+    tangents = {n for n in backward.graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")}
+    body = [n for n in backward.graph.nodes if n.op == "call_function"]
+    from_tangents = set(tangents)
+    for node in body:
+        if any(a in from_tangents for a in node.all_input_nodes):
+            from_tangents.add(node)
+    recomputed = [n for n in body if n not in from_tangents]
+    assert recomputed, "budget 0 recomputes"
+    for node in recomputed:
+        # The first gradient op after a recomputed value reads it (directly or through more
+        # recomputation): none waits in between on a value it does not need.
+        after = body[body.index(node) + 1:]
+        first_gradient_op = next(n for n in after if n in from_tangents)
+        needs, stack = set(), list(first_gradient_op.all_input_nodes)
+        while stack:
+            current = stack.pop()
+            if current not in needs and current in recomputed:
+                needs.add(current)
+                stack.extend(current.all_input_nodes)
+        assert node in needs, f"{node.name} is recomputed before {first_gradient_op.name}, which does not need it"
+
+
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_gradients_equal_eager_for_every_budget(budget: float, tmp_path) -> None:
     torch.manual_seed(0)
