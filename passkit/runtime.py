@@ -105,6 +105,12 @@ class _CompiledFunction(torch.autograd.Function):
         outs = runtime.forward_fn(*args)
         n_visible = runtime.n_visible
         ctx.runtime = runtime
+        if runtime.non_differentiable:
+            # Autograd would hand the backward a zero tensor for every output without a gradient
+            # (each running statistic a BatchNorm updates, on every step); only the outputs the
+            # backward reads get zeros, made here when no gradient arrives.
+            ctx.set_materialize_grads(False)
+            ctx.tangent_meta = [(k, outs[k].shape, outs[k].dtype, outs[k].device) for k in runtime.tangent_slots]
         if runtime.lean_saves:
             # Every saved value a tensor, no input mutated: save them as they come.
             ctx.save_for_backward(*outs[n_visible:])
@@ -132,6 +138,11 @@ class _CompiledFunction(torch.autograd.Function):
         runtime: CompiledProgram = ctx.runtime
         if runtime.view_slots:
             grad_outputs = _grads_of_views(ctx.view_geometry, grad_outputs[:-1])
+        if runtime.non_differentiable:
+            grad_outputs = list(grad_outputs)
+            for k, size, dtype, device in ctx.tangent_meta:
+                if grad_outputs[k] is None:
+                    grad_outputs[k] = torch.zeros(size, dtype=dtype, device=device)
         if runtime.lean_saves and runtime.lean_gather:
             grads = runtime.backward_fn(*ctx.saved_tensors, *grad_outputs)
         else:
@@ -181,6 +192,7 @@ class CompiledProgram:
             self.non_differentiable = [
                 k for k in range(self.n_visible) if k not in differentiable and k not in wants_grad
             ]
+            self.tangent_slots = sorted(differentiable)
             self.grad_targets = [d.index for d in bw_io.outputs]
             # Routing the common case needs no per-call bookkeeping: decided once, here.
             saved_values = _output_values(program, "forward")[self.n_visible :]

@@ -33,18 +33,23 @@ def _byte_range(t: torch.Tensor) -> tuple[int, int]:
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
-        return False
     (a0, a1), (b0, b1) = _byte_range(a), _byte_range(b)
     return a0 < b1 and b0 < a1
 
 
 def refuse_mutated_shared_storage(mutated: Sequence[int], args: Sequence[object]) -> None:
     """Raise when an input the program mutates overlaps another input tensor in memory."""
+    # One pass groups the inputs by storage; only inputs that share one are compared. Comparing
+    # every mutated input with every input cost a ResNet with 15 running statistics 1,200
+    # comparisons, about a millisecond, on every call.
+    by_storage: dict[int, list[int]] = {}
+    for i, arg in enumerate(args):
+        if isinstance(arg, torch.Tensor) and arg.layout == torch.strided:
+            by_storage.setdefault(arg.untyped_storage().data_ptr(), []).append(i)
     for m in mutated:
         arg = args[m]
         if not isinstance(arg, torch.Tensor) or arg.layout != torch.strided:
             continue
-        for i, other in enumerate(args):
-            if i != m and isinstance(other, torch.Tensor) and other.layout == torch.strided and _overlap(arg, other):
+        for i in by_storage[arg.untyped_storage().data_ptr()]:
+            if i != m and _overlap(arg, args[i]):  # type: ignore[arg-type]
                 raise PasskitError(SHARED_STORAGE_ERROR.format(mutated=m, other=i))

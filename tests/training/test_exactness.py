@@ -5,6 +5,8 @@ Each test names where the math changed: a decomposition, the joint trace or the 
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -123,6 +125,30 @@ def test_runtime_keeps_a_detached_alias_out_of_autograd_and_in_step_with_mutatio
     torch.testing.assert_close(tmp, torch.full((3, 3), 2.0))
     a.mul_(3)
     torch.testing.assert_close(tmp, torch.full((3, 3), 6.0))  # still a's memory
+
+
+# Outputs without a gradient (running statistics written back) get no zero tensor from autograd;
+# a differentiable output that the loss does not use gets zeros from the runtime instead.
+@pytest.mark.parametrize("pipeline", ["training-python", "training"])
+def test_an_unused_output_beside_updated_running_statistics_gets_zero_gradient(pipeline: str) -> None:
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8))
+    twin = type(eager)(*(copy.deepcopy(m) for m in eager))
+
+    def both(model, x):
+        out = model(x)
+        return out.tanh(), out.exp()
+
+    compiled = passkit.compile(lambda x: both(twin, x), pipeline=pipeline)
+    x = torch.randn(4, 8)
+    used, unused = compiled(x)
+    expected_used, expected_unused = both(eager, x)
+    torch.testing.assert_close(unused, expected_unused)
+    used.sum().backward()
+    expected_used.sum().backward()
+    for (name, p), q in zip(eager.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, msg=lambda m: f"{name}: {m}")
+    torch.testing.assert_close(twin[1].running_mean, eager[1].running_mean)
 
 
 def test_output_made_to_require_grad_by_the_function_does() -> None:
