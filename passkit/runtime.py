@@ -265,7 +265,9 @@ class CompiledProgram:
         return tuple(outputs)
 
     @staticmethod
-    def _write_back(target: torch.Tensor, new: torch.Tensor, info: InputInfo) -> None:
+    def _write_back(target: torch.Tensor, new: torch.Tensor | None, info: InputInfo) -> None:
+        if new is None:  # the compiled graph wrote it itself (codegen.inductor, a buffer's update)
+            return
         if info.mutates_metadata:
             with torch.no_grad():
                 target.as_strided_(new.size(), new.stride(), new.storage_offset())

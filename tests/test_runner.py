@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import pytest
 
 from passkit import runner
@@ -12,9 +9,7 @@ from passkit.errors import PassError, PipelineError
 from passkit.hookspecs import StepContext, hookimpl
 from passkit.pass_api import graph_pass
 from passkit.pipeline import Pipeline, Settings, Step
-from passkit.plugins import make_plugin_manager
 from passkit.program import Program
-from passkit.registry import build_registry
 
 from tiny_programs import Kit, make_program
 

@@ -30,6 +30,7 @@ __all__ = [
     "OpOverload",
     "OpOverloadPacket",
     "StorageWeakRef",
+    "storage_of",
     "fake_mode_of",
     "fakify",
     "functional_trace",
@@ -355,6 +356,11 @@ def with_layout(value: Any, expected: Any) -> Any:
         perm = perm[0]
     inverse = prims_common.invert_perm(perm)
     return value.permute(perm).contiguous().permute(inverse)
+
+
+def storage_of(value: Any) -> Any:
+    """A hashable handle on the storage of ``value`` (real or fake tensor); None for others."""
+    return StorageWeakRef(value.untyped_storage()) if isinstance(value, torch.Tensor) else None
 
 
 class LayoutKeepingInterpreter(torch.fx.Interpreter):

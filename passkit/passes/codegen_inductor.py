@@ -28,7 +28,7 @@ from typing import Any, Callable, Literal, Sequence
 
 import pydantic
 import torch
-from torch.fx import Graph, GraphModule
+from torch.fx import Graph, GraphModule, Node
 
 from passkit import _torch
 from passkit.errors import PassError
@@ -106,18 +106,72 @@ def _graph_for_inductor(gm: GraphModule, options: InductorOptions) -> GraphModul
     return copy
 
 
+def _mutations_to_write(program: Program, name: str) -> dict[int, int]:
+    """The graph's mutation outputs that Inductor can write into their input itself, by output
+    slot: the placeholder each one overwrites.
+
+    As torch's AOT keeps a buffer's mutation in the graph, Inductor then stores a BatchNorm's new
+    running statistics straight into the buffers, in the kernel that computes them, instead of
+    returning a new tensor for the runtime to copy back. Only plain data writes to inputs that
+    need no gradient qualify, and only when no other output shares the input's memory (a saved
+    value must keep the old data).
+    """
+    gm, io = program.graphs[name], program.io(name)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    position = {d.index: p for p, d in enumerate(io.inputs) if d.kind in ("param", "buffer", "user")}
+    outputs = list(next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0])
+    storages = [_torch.storage_of(n.meta.get("val")) if isinstance(n, Node) else None for n in outputs]
+    written: dict[int, int] = {}
+    for k, desc in enumerate(io.outputs):
+        info = program.signature.inputs[desc.index] if desc.kind == "mutation" else None
+        if info is None or info.requires_grad or info.mutates_metadata or not info.mutates_data:
+            continue
+        p = position.get(desc.index)
+        target = _torch.storage_of(placeholders[p].meta.get("val")) if p is not None else None
+        value = outputs[k]
+        if target is None or not isinstance(value, Node) or value.op == "placeholder" or outputs.count(value) > 1:
+            continue
+        if any(storage == target for storage in storages) or storages[k] is None:
+            continue
+        written[k] = p  # type: ignore[assignment]
+    return written
+
+
+def _write_mutations_in_graph(gm: GraphModule, written: dict[int, int]) -> None:
+    """Write each output in ``written`` into its input with ``copy_`` and drop it from the outputs."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    values = list(output.args[0])
+    with gm.graph.inserting_before(output):
+        for k, p in written.items():
+            gm.graph.call_function(torch.ops.aten.copy_.default, (placeholders[p], values[k]))
+    output.args = (tuple(v for k, v in enumerate(values) if k not in written),)
+    gm.recompile()
+
+
 def _placeholder_values(gm: GraphModule) -> list[Any]:
     return [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
 
 
-def _boxed(compiled: Callable[[list[Any]], Any]) -> Callable[..., Any]:
+def _with_written_slots(outputs: Any, written: Sequence[int]) -> Any:
+    """The outputs with ``None`` back in each slot whose mutation the graph wrote itself (the
+    runtime writes nothing back there)."""
+    if not written:
+        return outputs
+    full = list(outputs)
+    for k in written:  # ascending, so each slot lands where the graph's io has it
+        full.insert(k, None)
+    return full
+
+
+def _boxed(compiled: Callable[[list[Any]], Any], written: Sequence[int] = ()) -> Callable[..., Any]:
     def run(*args: Any) -> Any:
-        return compiled(list(args))
+        return _with_written_slots(compiled(list(args)), written)
 
     return run
 
 
-def _no_grad_boxed(compiled: Callable[[list[Any]], Any]) -> Callable[..., Any]:
+def _no_grad_boxed(compiled: Callable[[list[Any]], Any], written: Sequence[int] = ()) -> Callable[..., Any]:
     """Inference graphs run with grad off, as in torch's AOT (``out=`` kernels reject grad)."""
     set_grad_enabled = _torch.set_grad_enabled
 
@@ -125,7 +179,7 @@ def _no_grad_boxed(compiled: Callable[[list[Any]], Any]) -> Callable[..., Any]:
         enabled = torch.is_grad_enabled()
         set_grad_enabled(False)
         try:
-            return compiled(list(args))
+            return _with_written_slots(compiled(list(args)), written)
         finally:
             set_grad_enabled(enabled)
 
@@ -149,9 +203,11 @@ def _with_strides_of(compiled: Callable[[list[Any]], Any], expected: Sequence[An
 
 def _compile(program: Program, name: str, examples: list[Any], options: InductorOptions, *,
              is_backward: bool, is_inference: bool, static: list[int], visible: list[int],
-             graph_id: int, device_index: Any, pair: str = "",
+             graph_id: int, device_index: Any, pair: str = "", written: dict[int, int] | None = None,
              ) -> tuple[Callable[[list[Any]], Any], Any, cache_form.InductorRecipe | None]:
     graph = _graph_for_inductor(program.graphs[name], options)
+    if written:
+        _write_mutations_in_graph(graph, written)
     recipe = cache_form.snapshot(graph, examples, is_backward=is_backward, is_inference=is_inference, static=static,
                                  visible=visible, config_patches=options.config_patches(), pair=pair)
     try:
@@ -174,14 +230,19 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
 def _compile_training(program: Program, options: InductorOptions) -> None:
     graph_id, device_index, pair = next(_graph_ids), _torch.inductor_device_index(), cache_form.new_pair()
     fw_io, bw_io = program.io("forward"), program.io("backward")
+    written = _mutations_to_write(program, "forward")
+    if written:
+        program.record_stat("mutations_written_in_graph", len(written))
+    kept = [k for k in range(len(fw_io.outputs)) if k not in written]
     fw_compiled, fw_strides, fw_recipe = _compile(
         program, "forward", _placeholder_values(program.graphs["forward"]), options,
         is_backward=False, is_inference=False,
         static=[k for k, d in enumerate(fw_io.inputs) if d.kind in ("param", "buffer")],
-        visible=[k for k, d in enumerate(fw_io.outputs) if d.kind == "user"],
-        graph_id=graph_id, device_index=device_index, pair=pair,
+        visible=[j for j, k in enumerate(kept) if fw_io.outputs[k].kind == "user"],
+        graph_id=graph_id, device_index=device_index, pair=pair, written=written,
     )
-    saved_stride = {d.index: fw_strides[k] for k, d in enumerate(fw_io.outputs) if d.kind == "saved"} if fw_strides else {}
+    strides_by_slot = dict(zip(kept, fw_strides)) if fw_strides else {}
+    saved_stride = {d.index: strides_by_slot[k] for k, d in enumerate(fw_io.outputs) if d.kind == "saved" and k in strides_by_slot}
     bw_examples = _placeholder_values(program.graphs["backward"])
     for k, desc in enumerate(bw_io.inputs):
         stride = saved_stride.get(desc.index) if desc.kind == "saved" else None
@@ -196,21 +257,27 @@ def _compile_training(program: Program, options: InductorOptions) -> None:
         graph_id=graph_id, device_index=device_index, pair=pair,
     )
     tangents = [k for k, d in enumerate(bw_io.inputs) if d.kind == "tangent" and isinstance(bw_examples[k], torch.Tensor)]
-    program.compiled["forward"] = cache_form.cacheable(_boxed(fw_compiled), fw_recipe, "boxed")
+    program.compiled["forward"] = cache_form.cacheable(
+        _boxed(fw_compiled, sorted(written)), fw_recipe, "boxed", written=sorted(written))
     program.compiled["backward"] = cache_form.cacheable(
         _with_strides_of(bw_compiled, bw_examples, tangents), bw_recipe, "strides_of", tangents)
 
 
 def _compile_inference(program: Program, options: InductorOptions) -> None:
     io = program.io("main")
+    written = _mutations_to_write(program, "main")
+    if written:
+        program.record_stat("mutations_written_in_graph", len(written))
+    kept = [k for k in range(len(io.outputs)) if k not in written]
     compiled, _, recipe = _compile(
         program, "main", _placeholder_values(program.graphs["main"]), options,
         is_backward=False, is_inference=True,
         static=[k for k, d in enumerate(io.inputs) if d.kind in ("param", "buffer")],
-        visible=[k for k, d in enumerate(io.outputs) if d.kind == "user"],
-        graph_id=next(_graph_ids), device_index=_torch.inductor_device_index(),
+        visible=[j for j, k in enumerate(kept) if io.outputs[k].kind == "user"],
+        graph_id=next(_graph_ids), device_index=_torch.inductor_device_index(), written=written,
     )
-    program.compiled["main"] = cache_form.cacheable(_no_grad_boxed(compiled), recipe, "no_grad")
+    program.compiled["main"] = cache_form.cacheable(
+        _no_grad_boxed(compiled, sorted(written)), recipe, "no_grad", written=sorted(written))
 
 
 def inductor_cache_context(options: InductorOptions) -> str:

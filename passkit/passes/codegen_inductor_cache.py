@@ -63,6 +63,7 @@ class InductorRecipe:
     pair: str  # shared by a forward and its backward
     wrapper: Wrapper = "boxed"
     check: list[int] = dataclasses.field(default_factory=list)  # ``strides_of``: inputs to restride
+    written: list[int] = dataclasses.field(default_factory=list)  # mutation slots the graph writes itself
     format: int = FORMAT
 
 
@@ -90,11 +91,11 @@ def new_pair() -> str:
 
 
 def cacheable(fn: Callable[..., Any], recipe: InductorRecipe | None, wrapper: Wrapper,
-              check: Sequence[int] = ()) -> Callable[..., Any]:
+              check: Sequence[int] = (), written: Sequence[int] = ()) -> Callable[..., Any]:
     """``fn`` (the wrapped compiled graph), given the cache form of ``recipe`` if there is one."""
     if recipe is None:
         return fn
-    stored = dataclasses.replace(recipe, wrapper=wrapper, check=list(check))
+    stored = dataclasses.replace(recipe, wrapper=wrapper, check=list(check), written=list(written))
     try:
         fn.passkit_cache_payload = functools.partial(_payload, stored)  # type: ignore[attr-defined]
     except AttributeError:  # a callable that takes no attributes stays uncached
@@ -147,7 +148,7 @@ def load(recipe: InductorRecipe) -> Callable[..., Any]:
     if recipe.wrapper == "strides_of":
         wrapped = codegen_inductor._with_strides_of(fn, examples, recipe.check)
     elif recipe.wrapper == "no_grad":
-        wrapped = codegen_inductor._no_grad_boxed(fn)
+        wrapped = codegen_inductor._no_grad_boxed(fn, recipe.written)
     else:
-        wrapped = codegen_inductor._boxed(fn)
-    return cacheable(wrapped, recipe, recipe.wrapper, recipe.check)
+        wrapped = codegen_inductor._boxed(fn, recipe.written)
+    return cacheable(wrapped, recipe, recipe.wrapper, recipe.check, recipe.written)

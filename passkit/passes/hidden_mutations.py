@@ -57,10 +57,6 @@ def _may_hide(gm: GraphModule) -> bool:
     return switches and any(_writes(n) for n in nodes)
 
 
-def _storage(value: Any) -> Any:
-    return _torch.StorageWeakRef(value.untyped_storage()) if isinstance(value, torch.Tensor) else None
-
-
 class _Family:
     """Tensors that require grad and share one storage, once a hidden write reached them."""
 
@@ -85,7 +81,7 @@ class _Watcher(torch.fx.Interpreter):
         if n.op == "placeholder":
             value = super().run_node(n)
             if isinstance(value, torch.Tensor):
-                self.input_of_storage.setdefault(_storage(value), self.placeholder_index)
+                self.input_of_storage.setdefault(_torch.storage_of(value), self.placeholder_index)
             self.placeholder_index += 1
         elif n.op != "output" and _writes(n):
             value = self._run_write(n)
@@ -96,20 +92,20 @@ class _Watcher(torch.fx.Interpreter):
         return value
 
     def _run_write(self, n: Node) -> Any:
-        storages = {_storage(self.values[a]) for a in n.all_input_nodes if isinstance(self.values.get(a), torch.Tensor)}
+        storages = {_torch.storage_of(self.values[a]) for a in n.all_input_nodes if isinstance(self.values.get(a), torch.Tensor)}
         # Bases only: autograd regenerates a view's grad_fn after any write to its base, while a
         # base's grad_fn changes only when autograd records the write.
         watched = [
             (v, v.grad_fn, v._version)
             for v in self.values.values()
-            if isinstance(v, torch.Tensor) and v.requires_grad and not v._is_view() and _storage(v) in storages
+            if isinstance(v, torch.Tensor) and v.requires_grad and not v._is_view() and _torch.storage_of(v) in storages
         ]
         value = super().run_node(n)
         written = set()
         for tensor, grad_fn, version in watched:
             if tensor._version == version:
                 continue  # an argument this node only read
-            storage = _storage(tensor)
+            storage = _torch.storage_of(tensor)
             written.add(storage)
             family = self.families.get(storage)
             if tensor.grad_fn is not grad_fn:
@@ -134,9 +130,9 @@ class _Watcher(torch.fx.Interpreter):
             return  # no autograd use: detach, shapes, no_grad regions
         for arg in n.all_input_nodes:
             v = self.values.get(arg)
-            if not isinstance(v, torch.Tensor) or not v.requires_grad or _storage(v) in written:
+            if not isinstance(v, torch.Tensor) or not v.requires_grad or _torch.storage_of(v) in written:
                 continue
-            family = self.families.get(_storage(v))
+            family = self.families.get(_torch.storage_of(v))
             if family is None:
                 continue
             if family.input_index is None:

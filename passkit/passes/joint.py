@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch.fx import GraphModule, Node
 
 from passkit import _torch

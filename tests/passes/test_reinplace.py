@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch

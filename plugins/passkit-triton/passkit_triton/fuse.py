@@ -28,7 +28,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 import passkit
-from passkit_triton.ops import FAMILIES, REDUCTIONS, family_of
+from passkit_triton.ops import FAMILIES, family_of
 
 __all__ = ["FUSED", "FuseOptions", "Region", "check_fused", "fuse_regions", "shape_key"]
 
