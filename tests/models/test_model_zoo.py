@@ -79,7 +79,8 @@ def test_training_step_and_inference_match_eager(zoo: ZooModel) -> None:
 
 # The shipped `training` pipeline (Inductor's fused kernels) on the zoo's GPT-2: SDPA, dropout,
 # tied embeddings, a graph break, training and inference graphs. Every model costs a minute of
-# C++ compiling here, so one stands for the zoo in CI; benchmarks/model_zoo.py runs them all.
+# C++ compiling here, so GPT-2 and BERT (below) stand for the zoo in CI; benchmarks/model_zoo.py
+# runs them all.
 # `training` draws random numbers with ATen's generator (`fallback_random`), so dropout draws
 # eager's masks and the gradients compare at float tolerance.
 def test_the_default_inductor_pipeline_trains_and_infers_like_eager() -> None:
