@@ -289,7 +289,7 @@ def test_an_impossible_max_saved_is_a_one_line_error(tmp_path) -> None:
     )
     path = _pipeline(tmp_path, max_saved="1KiB")
     with pytest.raises(passkit.PassError) as info:
-        passkit.aot_function(_mlp, pipeline=path)(*_mlp_inputs())
+        passkit.aot_function(_mlp, pipeline=path, repro_dir=str(tmp_path / "repro"))(*_mlp_inputs())
     assert "\n" not in str(info.value)
     assert str(info.value).startswith(f"{path}: steps[0] (partition.min_cut) failed: PassError: partition.min_cut: max_saved")
 
