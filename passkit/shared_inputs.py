@@ -40,8 +40,8 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
 def refuse_mutated_shared_storage(mutated: Sequence[int], args: Sequence[object]) -> None:
     """Raise when an input the program mutates overlaps another input tensor in memory."""
     # One pass groups the inputs by storage; only inputs that share one are compared. Comparing
-    # every mutated input with every input cost a ResNet with 15 running statistics 1,200
-    # comparisons, about a millisecond, on every call.
+    # every mutated input with every input cost a ResNet with 24 running statistics 1,224
+    # comparisons on every call.
     by_storage: dict[int, list[int]] = {}
     for i, arg in enumerate(args):
         if isinstance(arg, torch.Tensor) and arg.layout == torch.strided:

@@ -77,7 +77,7 @@ def _recompute_at_first_use(body: list[Node], tangents: set[Node]) -> list[Node]
     In joint order every recomputation comes first, before the first gradient. Recomputed
     values then live through the whole backward, and Inductor, whose scheduler fuses in graph
     order, groups the kernels differently than for the graphs torch's partitioner orders this
-    way (one C++ kernel more on the MLP's backward, a compile second more).
+    way (one C++ kernel more on the MLP's backward, about half a second more to compile).
     """
     from_tangents = set(tangents)
     for node in body:
