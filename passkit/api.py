@@ -29,6 +29,7 @@ from passkit.errors import PasskitError
 from passkit.program import Program
 from passkit.report import Report, StepRecord
 from passkit.runtime import CompiledProgram
+from passkit.saved_limit import SavedLedger, limited_steps
 from passkit.user_warnings import warn_at_user_code
 
 __all__ = [
@@ -103,14 +104,23 @@ def compile_program(
     progress: Progress | None = None,
 ) -> CompiledProgram:
     """Run ``pipeline`` over a captured program (or load it from the compile cache) and wrap
-    the result for calling. ``progress`` gets each step's record; by default they are logged."""
+    the result for calling. ``progress`` gets each step's record; by default they are logged.
+
+    The user's saved-tensor hooks stay out of the traces; they run around the compiled program.
+    """
+    with _torch.saved_tensors_hooks_deferred():
+        return _compile_program(program, [_torch.concrete(x) for x in real_inputs], pipeline, reports, progress)
+
+
+def _compile_program(
+    program: Program, real_inputs: list[Any], pipeline: Any, reports: list[Report] | None, progress: Progress | None
+) -> CompiledProgram:
     from passkit.cache import CompileCache
     from passkit.evaluate import Reference
     from passkit.plugins import get_plugin_manager
     from passkit.registry import get_registry
     from passkit.runner import run_pipeline
 
-    real_inputs = [_torch.concrete(x) for x in real_inputs]
     pm = get_plugin_manager()
     progress = progress or _log_progress(len(pipeline.steps))
     cache = CompileCache.for_compile(pipeline, program, plugins=[name for name, _ in pm.list_name_plugin()])
@@ -183,6 +193,7 @@ class PasskitBackend:
         self.programs: list[Program] = []
         self._variants: dict[Any, Any] = {}
         self.fallbacks: list[str] = []
+        self.saved_ledger = SavedLedger()  # max_saved across this model's graphs
 
     @property
     def pipeline(self) -> Any:
@@ -219,14 +230,22 @@ class PasskitBackend:
             return _raise_when_called(exc)
         fallback = _Fallback(pipeline, self.fallbacks)
         try:
-            program = program_from_graph(gm, list(example_inputs))
-            self.programs.append(program)
-            return compile_program(program, example_inputs, pipeline, reports=self.reports, progress=self.progress)
+            if limited_steps(pipeline):
+                return self.saved_ledger.compile(
+                    _torch.current_frame_id(), gm, list(example_inputs), pipeline, self._compile_graph
+                )
+            return self._compile_graph(gm, list(example_inputs), pipeline)[0]
         except Exception as exc:  # noqa: BLE001 - every failure goes through on_error
             try:
                 return fallback.handle(exc, gm.forward)
             except Exception as final:  # noqa: BLE001
                 return _raise_when_called(final)
+
+    def _compile_graph(self, gm: GraphModule, inputs: Sequence[Any], pipeline: Any) -> tuple[CompiledProgram, Report]:
+        program = program_from_graph(gm, inputs)
+        self.programs.append(program)
+        compiled = compile_program(program, inputs, pipeline, reports=self.reports, progress=self.progress)
+        return compiled, self.reports[-1]
 
 
 def backend(pipeline: Any = DEFAULT_PIPELINE, **settings: Any) -> PasskitBackend:

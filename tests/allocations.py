@@ -1,13 +1,16 @@
-"""Measure what one call allocates on the CPU: bytes handed out and the peak of what was live.
+"""Measure what one call allocates on the CPU (bytes handed out, the peak of what was live) and
+what autograd saves for the backward.
 
-Shared by tests/passes/test_reinplace.py and benchmarks/patterns.py. Reads the events of
-``torch.profiler`` with ``profile_memory``: each op's own allocations minus frees, in order.
+``allocations`` is shared by tests/passes/test_reinplace.py and benchmarks/patterns.py. It reads
+the events of ``torch.profiler`` with ``profile_memory``: each op's own allocations minus frees,
+in order. ``saved_from_outside`` counts what ``saved_tensors_hooks`` sees, each storage once.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
+import torch
 from torch.profiler import ProfilerActivity, profile
 
 
@@ -21,3 +24,16 @@ def allocations(step: Callable[[], Any]) -> tuple[int, int]:
         live += event.self_cpu_memory_usage
         peak, allocated = max(peak, live), allocated + max(event.self_cpu_memory_usage, 0)
     return allocated, peak
+
+
+def saved_from_outside(step: Callable[[], Any]) -> int:
+    """Bytes of every storage that autograd saves during ``step()``, each storage once."""
+    storages: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        step()
+    return sum(storages.values())

@@ -144,3 +144,31 @@ def test_a_progress_callable_replaces_the_log_lines(caplog) -> None:
         compiled(torch.randn(3))
     assert [record.id for record in seen] == ["functionalize", "decompose", "fx.cse", "fx.dce", "codegen.python"]
     assert [r for r in caplog.records if r.name == "passkit"] == []
+
+
+@pytest.mark.parametrize("front_end", ["compile", "aot_function"])
+def test_a_first_call_under_saved_tensor_hooks_compiles_and_the_hooks_see_the_saved_tensors(front_end) -> None:
+    # save_on_cpu-style hooks touch each tensor's storage: on the fakes a pass traces, that fails.
+    torch.manual_seed(0)
+    eager, x = MLP(), torch.randn(8, 64)
+    model = copy.deepcopy(eager)
+    params = dict(model.named_parameters())
+
+    def loss_of(ps, x):
+        return torch.func.functional_call(model, ps, (x,)).square().mean()
+
+    step = (lambda: passkit.compile(model, pipeline="training-python")(x).square().mean()) if front_end == "compile" \
+        else (lambda: passkit.aot_function(loss_of, pipeline="training-python")(params, x))
+    packed = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        packed.append(t.untyped_storage().data_ptr())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = step()
+    loss.backward()
+    eager(x).square().mean().backward()
+    assert packed  # the compiled step's saved tensors went through the user's hooks
+    for ours, theirs in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(ours.grad, theirs.grad)

@@ -11,6 +11,7 @@ import torch.fx
 
 __all__ = [
     "current_compile_id",
+    "current_frame_id",
     "graph_codegen",
     "structured_trace_enabled",
     "trace_artifact",
@@ -30,6 +31,18 @@ def current_compile_id() -> str | None:
     except Exception:  # outside Dynamo, or an API change: callers fall back to a counter
         return None
     return None if compile_id is None else str(compile_id)
+
+
+def current_frame_id() -> Any:
+    """Which Dynamo frame (code location) the graph being compiled comes from; a recompile of that
+    frame for new shapes keeps it. ``None`` outside Dynamo."""
+    try:
+        from torch._guards import CompileContext
+
+        compile_id = CompileContext.current_compile_id()
+    except Exception:  # outside Dynamo, or an API change
+        return None
+    return None if compile_id is None else getattr(compile_id, "frame_id", None)
 
 
 def structured_trace_enabled() -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.fx
@@ -44,6 +44,7 @@ __all__ = [
     "nothing_to_decompose",
     "pytree",
     "retrace",
+    "saved_tensors_hooks_deferred",
     "set_grad_enabled",
     "trace_graph",
     "uses_functorch",
@@ -430,3 +431,21 @@ def is_multi_output_view(value: Any) -> bool:
     if not isinstance(value, torch.Tensor) or not value._is_view():
         return False
     return torch._C._autograd._get_creation_meta(value) == torch._C._autograd.CreationMeta.MULTI_OUTPUT_NODE
+
+
+@contextlib.contextmanager
+def saved_tensors_hooks_deferred() -> Iterator[None]:
+    """Keep the user's saved-tensor hooks (``save_on_cpu``, offloading) out of what is traced.
+
+    They would run on fake tensors while a pass traces; as in torch's AOT, they run at runtime
+    instead, around the compiled function's own saved tensors.
+    """
+    set_tracing = getattr(torch._C._autograd, "_saved_tensors_hooks_set_tracing", None)
+    if set_tracing is None:  # a torch without the switch: nothing to defer
+        yield
+        return
+    prior = set_tracing(True)
+    try:
+        yield
+    finally:
+        set_tracing(prior)

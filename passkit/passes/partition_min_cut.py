@@ -41,7 +41,9 @@ from passkit.passes.partition_costs import estimator_for, node_bytes, storage_ro
 from passkit.passes.partition_plan import Plan, PlanError, Problem
 from passkit.program import GraphIO, Program
 
-__all__ = ["min_cut", "MinCutOptions", "parse_size", "format_size"]
+__all__ = ["min_cut", "MinCutOptions", "parse_size", "format_size", "SMALLEST_STAT"]
+
+SMALLEST_STAT = "smallest_bytes"  # recorded under max_saved: the fewest bytes this graph can save
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -237,12 +239,16 @@ def min_cut(program: Program, **values: Any) -> bool:
     except PlanError as exc:
         raise PassError(f"partition.min_cut: {exc}") from None
     if plan is None:
-        raise PassError(
+        error = PassError(
             f"partition.min_cut: max_saved = {options.max_saved!r} cannot be met; the smallest limit this "
             f"program can meet is {format_size(smallest.bytes)} ({smallest.bytes} bytes)"
         )
+        error.smallest_saved = smallest.bytes  # what the model-wide ledger (passkit.saved_limit) reads
+        raise error
     _install(program, *split_joint(joint_gm, io, list(plan.saved)))
     _report(program, plan, rules, problem, limited_by)
+    if options.max_saved is not None:  # what the model-wide ledger may shrink this graph to
+        program.record_stat(SMALLEST_STAT, smallest.bytes)
     return True
 
 

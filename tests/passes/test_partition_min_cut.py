@@ -10,6 +10,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import passkit
+from allocations import saved_from_outside
 from passkit.capture import program_from_function
 from passkit.passes import partition_costs
 from passkit.passes.functionalize import functionalize
@@ -52,19 +53,6 @@ def _pipeline(tmp_path, name="mc", pass_name="partition.min_cut", **options) -> 
     path = tmp_path / f"{name}.toml"
     path.write_text("\n".join(lines) + "\n")
     return str(path)
-
-
-def _saved_from_outside(step) -> int:
-    """Bytes of every storage that autograd saves during ``step()``, each storage once."""
-    storages = {}
-
-    def pack(t):
-        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        step()
-    return sum(storages.values())
 
 
 def test_budget_one_recomputes_only_free_ops_and_saves_no_more_than_default() -> None:
@@ -233,7 +221,7 @@ def test_max_saved_gives_the_fastest_plan_within_the_limit_measured_from_outside
     assert 0 < program.stats["recompute_ms"]
     compiled = passkit.aot_function(_mlp, pipeline=_pipeline(tmp_path, max_saved=f"{limit / 1024}KiB"))
     compiled(*_mlp_inputs()).backward()  # compiles outside the hooks
-    measured = _saved_from_outside(lambda: compiled(*_mlp_inputs()).backward())
+    measured = saved_from_outside(lambda: compiled(*_mlp_inputs()).backward())
     assert measured <= limit
 
 
@@ -342,7 +330,7 @@ def _train(model: nn.Module, pipeline: str | None, x: torch.Tensor):
     runner = model if pipeline is None else passkit.compile(model, pipeline=pipeline)
     runner(x).sum().backward()  # compiles
     model.zero_grad()
-    measured = _saved_from_outside(lambda: runner(x).sum().backward())
+    measured = saved_from_outside(lambda: runner(x).sum().backward())
     if pipeline is None:
         return measured, None
     (report,) = runner.passkit_reports
