@@ -165,7 +165,7 @@ def _pipeline(directory: Path, name: str, pass_name: str, **options: Any) -> str
         f'after = "{BASES[base]}"',
     ]
     for key, value in options.items():
-        lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value}")
+        lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {json.dumps(value)}")
     path = directory / f"{name}.toml"
     path.write_text("\n".join(lines) + "\n")
     return str(path)

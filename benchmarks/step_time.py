@@ -11,7 +11,7 @@ A step is: zero the grads, forward, ``loss = (out ** 2).mean()``, backward. Cont
 Method: every contender gets its own deep copy of the model and its own copy of the input. Its
 COMPILE time is the wall time of its first step (Dynamo, the backend, forward and backward
 compilation), the median of ``--compile-repeats`` fresh compiles after ``torch._dynamo.reset()``
-(Inductor: one compile, it takes tens of seconds cold). After two more warm-up steps the contenders are timed round by round: each round
+(every contender alike, Inductor included). After two more warm-up steps the contenders are timed round by round: each round
 runs every contender once, in an order that rotates each round, and the median per contender is
 reported, with the minimum (less sensitive to other processes). First-use costs
 (imports, registries) are paid by an untimed warm-up compile, Inductor's and AOT Autograd's
@@ -187,10 +187,12 @@ def cold_kernel_cache() -> Any:
 def build_contenders(
     factory: Callable[[], Any], pipelines: list[str], notes: list[str], compile_repeats: int
 ) -> list[Contender]:
-    """Compile every contender ``compile_repeats`` times (Inductor once) and keep the last build.
+    """Compile every contender ``compile_repeats`` times and keep the last build.
 
     Each repeat starts from ``torch._dynamo.reset()`` and a fresh deep copy, in a rotated order;
-    a contender's compile time is the median of its repeats.
+    a contender's compile time is the median of its repeats (Inductor's included: one cold
+    compile of a few seconds varies by 10-20% on a shared machine, so a median of one against a
+    median of three would not compare like with like).
     """
     base, example = factory()
     (x,) = example
@@ -209,8 +211,7 @@ def build_contenders(
         last = repeat == compile_repeats - 1
         shift = repeat % len(builders)
         for name, build in builders[shift:] + builders[:shift]:
-            # Inductor's cold compile takes tens of seconds; once is enough to show its cost.
-            if name in skipped or (name == "inductor" and not last):
+            if name in skipped:
                 continue
             model = copy.deepcopy(base)
             contender = Contender(name, model, build(model), x.clone())
@@ -351,7 +352,7 @@ def main() -> int:
     parser.add_argument("pipelines", nargs="*", default=DEFAULT_PIPELINES, help="passkit pipelines (names or .toml paths)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated: " + ",".join(WORKLOADS))
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per workload (default: per workload)")
-    parser.add_argument("--compile-repeats", type=int, default=1, help="compiles per contender (median; Inductor once)")
+    parser.add_argument("--compile-repeats", type=int, default=1, help="compiles per contender, Inductor included (median)")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--json", type=Path, default=None, help="write the raw figures to this file")
     args = parser.parse_args()
