@@ -356,7 +356,7 @@ class _TracedCache:
             kinds = self.kinds(len(unique)) if self.kinds else None
             # A program without tensor inputs traces its factory ops for real; the caller's
             # random numbers must still be there for the compiled call, as in eager.
-            with _TRACE_LOCK, torch.random.fork_rng(devices=[]):
+            with _TRACE_LOCK, torch.random.fork_rng(devices=[]), _torch.saved_tensors_hooks_deferred():
                 program = program_from_function(flat_fn, unique, kinds=kinds)
                 compiled = compile_program(program, unique, self.pipeline, reports=self.reports)
             return compiled, out_spec_box[0]

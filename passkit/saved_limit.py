@@ -126,7 +126,7 @@ class SavedLedger:
         others = {k: e for k, e in self.entries.items() if k != key}
         taken = sum(e.saved for e in others.values())
         try:
-            compiled, report = compile_fn(gm, inputs, _with_limit(pipeline, limit - taken) if taken else pipeline)
+            compiled, report = compile_fn(gm, inputs, _with_limit(pipeline, max(limit - taken, 0)) if taken else pipeline)
         except Exception as exc:
             own = _smallest_saved(exc)
             if own is None or not others:

@@ -162,6 +162,7 @@ def test_a_first_call_under_saved_tensor_hooks_compiles_and_the_hooks_see_the_sa
     packed = []
 
     def pack(t: torch.Tensor) -> torch.Tensor:
+        assert not isinstance(t, torch._subclasses.FakeTensor), "a hook ran on a traced fake tensor"
         packed.append(t.untyped_storage().data_ptr())
         return t
 
