@@ -58,10 +58,10 @@ def _with_limit(pipeline: Any, limit: int) -> Any:
     return dataclasses.replace(pipeline, steps=tuple(steps))
 
 
-def _limit_of(pipeline: Any) -> tuple[int, str]:
+def _limit_of(pipeline: Any) -> tuple[int, str | int]:
     """The smallest ``max_saved`` in ``pipeline``, in bytes and as written."""
     written = min((getattr(s.options, LIMIT_OPTION) for s in limited_steps(pipeline)), key=parse_size)
-    return parse_size(written), str(written)
+    return parse_size(written), written
 
 
 def _stat(report: Any, name: str) -> int:
@@ -144,7 +144,7 @@ class SavedLedger:
         graph.entry = self.entries[key] = _Entry(_stat(report, SAVED_STAT), _stat(report, SMALLEST_STAT), graph)
         return graph
 
-    def _replan(self, others: dict[Any, _Entry], left: int, written: str) -> None:
+    def _replan(self, others: dict[Any, _Entry], left: int, written: str | int) -> None:
         excess = sum(e.saved for e in others.values()) - left
         for entry in sorted(others.values(), key=lambda e: e.smallest - e.saved):  # most room first
             if excess <= 0:

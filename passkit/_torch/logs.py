@@ -22,27 +22,26 @@ def graph_codegen(graph: torch.fx.Graph) -> Any:
     """The graph's code generator (plain or pytree calling convention), to copy or serialise."""
     return graph._codegen
 
-def current_compile_id() -> str | None:
-    """Dynamo's id of the graph being compiled (``"0/1"``: frame 0, its second compile), if any."""
+
+def _compile_id() -> Any:
     try:
         from torch._guards import CompileContext
 
-        compile_id = CompileContext.current_compile_id()
-    except Exception:  # outside Dynamo, or an API change: callers fall back to a counter
+        return CompileContext.current_compile_id()
+    except Exception:  # outside Dynamo, or an API change: callers fall back
         return None
+
+
+def current_compile_id() -> str | None:
+    """Dynamo's id of the graph being compiled (``"0/1"``: frame 0, its second compile), if any."""
+    compile_id = _compile_id()
     return None if compile_id is None else str(compile_id)
 
 
 def current_frame_id() -> Any:
     """Which Dynamo frame (code location) the graph being compiled comes from; a recompile of that
     frame for new shapes keeps it. ``None`` outside Dynamo."""
-    try:
-        from torch._guards import CompileContext
-
-        compile_id = CompileContext.current_compile_id()
-    except Exception:  # outside Dynamo, or an API change
-        return None
-    return None if compile_id is None else getattr(compile_id, "frame_id", None)
+    return getattr(_compile_id(), "frame_id", None)
 
 
 def structured_trace_enabled() -> bool:
