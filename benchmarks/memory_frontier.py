@@ -135,7 +135,7 @@ class Contender:
             return t
 
         started = time.perf_counter()
-        self.step()  # compiles; tracing must not run under the hooks
+        self.step()  # compiles, so the compile time is its own (a re-planned graph compiles in the next step)
         self.compile_s = time.perf_counter() - started
         # Only the model's forward: the loss outside it saves the same in every contender.
         loss = self.step(torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t))
@@ -146,11 +146,9 @@ class Contender:
 
 # The shipped pipeline each contender extends, and the partition step it replaces there.
 BASES = {"training-python": "partition.default", "training": "partition.min_cut"}
-BASE = ["training-python"]  # set by --pipeline
 
 
-def _pipeline(directory: Path, name: str, pass_name: str, **options: Any) -> str:
-    base = BASE[0]
+def _pipeline(directory: Path, base: str, name: str, pass_name: str, **options: Any) -> str:
     if base == "training" and pass_name == "partition.min_cut":
         options.setdefault("fused_pointwise", True)  # as the shipped pipeline: Inductor fuses them
     lines = [
@@ -205,7 +203,7 @@ PARTITIONERS = {
 
 
 def run_workload(
-    name: str, budgets: list[float], rounds: int, directory: Path, partitioners: list[str]
+    name: str, budgets: list[float], rounds: int, directory: Path, partitioners: list[str], base: str = "training-python"
 ) -> list[dict[str, Any]]:
     factory = WORKLOADS[name]
     print(f"\n== {name}: compiling contenders", flush=True)
@@ -214,7 +212,7 @@ def run_workload(
         for label in partitioners:
             pass_name, extra = PARTITIONERS[label]
             tag = f"{label}@{budget:g}"
-            path = _pipeline(directory, f"{name}-{label}-{budget:g}", pass_name, memory_budget=budget, **extra)
+            path = _pipeline(directory, base, f"{name}-{label}-{budget:g}", pass_name, memory_budget=budget, **extra)
             try:
                 contenders.append(_contender(tag, factory, path, contenders[0]))
             except passkit.PassError as exc:  # torch's plan at budget 0 redraws dropout
@@ -230,7 +228,7 @@ def run_workload(
     limits += [(f"flops<=torch@{c.name.split('@')[1]}", c.saved_bytes) for c in contenders
                if c.name.startswith("torch@") and c.name not in ("torch@0", "torch@1")]
     for tag, limit in limits:
-        path = _pipeline(directory, f"{name}-{tag.replace('=', '-').replace('<', '')}", "partition.min_cut", max_saved=limit)
+        path = _pipeline(directory, base, f"{name}-{tag.replace('=', '-').replace('<', '')}", "partition.min_cut", max_saved=limit)
         try:
             contender = _contender(tag, factory, path, contenders[0])
         except passkit.PassError as exc:  # the limit is below the smallest plan passkit can make
@@ -322,7 +320,6 @@ def main() -> int:
                         help="the shipped pipeline whose partition step each contender replaces")
     parser.add_argument("--json", help="also write every row to this file")
     args = parser.parse_args()
-    BASE[0] = args.pipeline
     torch.set_num_threads(args.threads)
     # Every contender compiles the same forward code with its own backend; each needs its own
     # cache entry, or Dynamo stops compiling after 8 and silently runs the rest eagerly.
@@ -333,7 +330,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as directory:
         os.environ["PASSKIT_CACHE_DIR"] = str(Path(directory) / "cache")  # every plan made afresh
         for name in args.models.split(","):
-            rows += run_workload(name, budgets, args.rounds, Path(directory), args.partitioners.split(","))
+            rows += run_workload(name, budgets, args.rounds, Path(directory), args.partitioners.split(","), args.pipeline)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     frontier = frontier_failures(rows)
