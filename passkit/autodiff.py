@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
+from passkit import _torch
 from passkit.differentiable_forms import DIFFERENTIABLE_FORMS
 from passkit.program import Program
 
@@ -73,6 +74,12 @@ class _LeafInterpreter(torch.fx.Interpreter):
 
     def run_node(self, n: Node) -> Any:
         value = super().run_node(n)
+        if n.op == "call_function":
+            # A decomposition applied here (``joint`` lowers ops with their own autograd formula)
+            # may lay its result out otherwise than the op main recorded, whose ``view``
+            # nodes rely on that layout: Inductor's ``cat`` of an empty past and one tensor
+            # returns that tensor's transposed strides.
+            value = _torch.with_layout(value, n.meta.get("val"))
         if n in self.leaf_nodes:
             value = value.detach().requires_grad_(True)
             self.leaves.append((self.leaf_nodes[n], value))

@@ -17,7 +17,7 @@ import torch
 from passkit import _torch
 from passkit.errors import PasskitError
 from passkit.program import InputInfo, OutputInfo, Program
-from passkit.shared_inputs import refuse_mutated_shared_storage
+from passkit.shared_inputs import SharedStorageCheck
 
 __all__ = ["CompiledProgram", "DOUBLE_BACKWARD_ERROR"]
 
@@ -30,6 +30,23 @@ DOUBLE_BACKWARD_ERROR = (
 def _output_values(program: Program, graph: str) -> list[Any]:
     output = next(n for n in reversed(program.graphs[graph].graph.nodes) if n.op == "output")
     return [getattr(arg, "meta", {}).get("val", arg) for arg in output.args[0]]
+
+
+def _saved_sharing_mutated_inputs(program: Program, saved_values: Sequence[Any], mutated: Sequence[int]) -> list[int]:
+    """The saved slots whose traced value shares storage with an input the program mutates
+    (a saved input, or a view of one); a value computed in the program never does."""
+    if not mutated:
+        return []
+    placeholders = [n for n in program.graphs["forward"].graph.nodes if n.op == "placeholder"]
+    mutated_storages = {
+        _torch.storage_of(node.meta.get("val"))
+        for node, desc in zip(placeholders, program.io("forward").inputs)
+        if desc.kind in ("param", "buffer", "user") and desc.index in mutated
+    } - {None}
+    return [
+        k for k, value in enumerate(saved_values)
+        if isinstance(value, torch.Tensor) and _torch.storage_of(value) in mutated_storages
+    ]
 
 
 def _mark_non_differentiable(ctx: Any, visible: tuple[Any, ...], slots: Sequence[int]) -> tuple[Any, ...]:
@@ -143,7 +160,13 @@ class _CompiledFunction(torch.autograd.Function):
             for k, size, dtype, device in ctx.tangent_meta:
                 if grad_outputs[k] is None:
                     grad_outputs[k] = torch.zeros(size, dtype=dtype, device=device)
-        if runtime.lean_saves and runtime.lean_gather:
+        if runtime.backward_boxed is not None:
+            args = runtime.backward_args(ctx, grad_outputs)
+            # Only the list holds the saved tensors now (unless the graph is kept for another
+            # backward), so each dies as soon as the compiled backward is done with it.
+            ctx.maybe_clear_saved_tensors()
+            grads = runtime.backward_boxed(args)
+        elif runtime.lean_saves and runtime.lean_gather:
             grads = runtime.backward_fn(*ctx.saved_tensors, *grad_outputs)
         else:
             grads = runtime.backward_fn(*runtime.backward_args(ctx, grad_outputs))
@@ -171,6 +194,8 @@ class CompiledProgram:
         self.mutation_slots = [(k, d.index) for k, d in enumerate(visible) if d.kind == "mutation"]
         self.user_slots = [k for k, d in enumerate(visible) if d.kind == "user"]
         self.mutated = [i for i, info in enumerate(sig.inputs) if info.mutated]
+        self.shared_storage_check = SharedStorageCheck(
+            self.mutated, static_shapes=not _torch.has_symbolic_sizes(program.example_inputs))
         self.views_of_outputs = [
             (k, info.alias_of_output) for k, info in enumerate(sig.outputs) if info.alias_of_output is not None
         ]
@@ -183,6 +208,8 @@ class CompiledProgram:
         if self.training:
             self.forward_fn: Callable[..., Any] = program.compiled["forward"]
             self.backward_fn: Callable[..., Any] = program.compiled["backward"]
+            # A backward that takes its inputs as a list it may empty (``codegen.inductor``).
+            self.backward_boxed: Callable[[list[Any]], Any] | None = getattr(self.backward_fn, "passkit_boxed", None)
             bw_io = program.io("backward")
             self.backward_gather = [(d.kind == "saved", d.index) for d in bw_io.inputs]
             differentiable = {d.index for d in bw_io.inputs if d.kind == "tangent"}
@@ -196,7 +223,8 @@ class CompiledProgram:
             self.grad_targets = [d.index for d in bw_io.outputs]
             # Routing the common case needs no per-call bookkeeping: decided once, here.
             saved_values = _output_values(program, "forward")[self.n_visible :]
-            self.lean_saves = not self.mutated and all(isinstance(v, torch.Tensor) for v in saved_values)
+            self.clone_candidates = _saved_sharing_mutated_inputs(program, saved_values, self.mutated)
+            self.lean_saves = not self.clone_candidates and all(isinstance(v, torch.Tensor) for v in saved_values)
             n_saved = len(saved_values)
             self.lean_gather = self.backward_gather == [(True, k) for k in range(n_saved)] + [
                 (False, k) for k in range(self.n_visible)
@@ -213,6 +241,8 @@ class CompiledProgram:
 
     def backward_args(self, ctx: Any, grad_outputs: Sequence[Any]) -> list[Any]:
         """The backward graph's inputs: saved values and incoming gradients, in its order."""
+        if self.lean_saves and self.lean_gather:
+            return [*ctx.saved_tensors, *grad_outputs]
         if self.lean_saves:
             saved: list[Any] = list(ctx.saved_tensors)
         else:
@@ -227,19 +257,20 @@ class CompiledProgram:
         """Saved values sharing storage with inputs the wrapper will overwrite.
 
         The backward needs the old data, and autograd would reject the bumped version counter.
+        Only the saved values that the trace shows sharing a mutated input's storage are looked at.
         """
-        if not self.mutated:
+        if not self.clone_candidates:
             return []
         storages = {args[i].untyped_storage().data_ptr() for i in self.mutated}
         return [
             k
-            for k, v in enumerate(saved)
-            if isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() in storages
+            for k in self.clone_candidates
+            if isinstance(saved[k], torch.Tensor) and saved[k].untyped_storage().data_ptr() in storages
         ]
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
         if self.mutated:
-            refuse_mutated_shared_storage(self.mutated, args)
+            self.shared_storage_check(args)
         if self.training:
             visible = _CompiledFunction.apply(self, *args)
             if self.view_slots:

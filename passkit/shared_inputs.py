@@ -4,7 +4,10 @@ Functionalization treats every input as its own memory. When two distinct tensor
 are views of one base (AOT Autograd's "synthetic base" case) and the program writes to one,
 eager's other view sees the write and the compiled program's does not: a silent wrong value.
 Calls where such views overlap are refused with one line; the check runs on every call because the compiled
-program is reused for any inputs of the same shapes.
+program is reused for any inputs of the same shapes. Whether two live tensors overlap depends
+only on where their bytes start and their sizes and strides, so a program with static shapes
+remembers the start addresses it last found clean and skips the check while they stay the same
+(every step of a training loop: the same parameters, buffers and, often, input buffers).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import torch
 
 from passkit.errors import PasskitError
 
-__all__ = ["SHARED_STORAGE_ERROR", "refuse_mutated_shared_storage"]
+__all__ = ["SHARED_STORAGE_ERROR", "SharedStorageCheck", "refuse_mutated_shared_storage"]
 
 SHARED_STORAGE_ERROR = (
     "passkit: inputs {mutated} and {other} share memory (views of one tensor) and the program "
@@ -53,3 +56,25 @@ def refuse_mutated_shared_storage(mutated: Sequence[int], args: Sequence[object]
         for i in by_storage[arg.untyped_storage().data_ptr()]:
             if i != m and _overlap(arg, args[i]):  # type: ignore[arg-type]
                 raise PasskitError(SHARED_STORAGE_ERROR.format(mutated=m, other=i))
+
+
+class SharedStorageCheck:
+    """``refuse_mutated_shared_storage`` for one program, skipped while the inputs start where
+    they did at the last clean call (static shapes only: with symbolic sizes the same starts
+    can cover other bytes)."""
+
+    def __init__(self, mutated: Sequence[int], *, static_shapes: bool) -> None:
+        self.mutated = list(mutated)
+        self.static_shapes = static_shapes
+        self._clean: list[int] | None = None
+
+    def __call__(self, args: Sequence[object]) -> None:
+        try:
+            starts = [arg.data_ptr() for arg in args]  # type: ignore[attr-defined]
+        except (AttributeError, RuntimeError):  # a non-tensor input, or a layout without one
+            starts = None
+        if starts is not None and starts == self._clean:
+            return
+        refuse_mutated_shared_storage(self.mutated, args)
+        if self.static_shapes:
+            self._clean = starts

@@ -229,7 +229,7 @@ def test_an_inductor_entry_that_fails_to_load_is_deleted_with_one_warning_and_re
 
     first, out, grad = _compile_and_run("training")
     (entry,) = _entries(Path(os.environ[CACHE_ENV]))
-    monkeypatch.setattr(codegen_inductor_cache, "FORMAT", 2)  # as if passkit changed what it stores
+    monkeypatch.setattr(codegen_inductor_cache, "FORMAT", codegen_inductor_cache.FORMAT + 1)  # as if passkit changed what it stores
     with caplog.at_level(logging.WARNING, logger="passkit.cache"):
         second, out2, grad2 = _compile_and_run("training")
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -263,6 +263,28 @@ def test_an_in_process_hit_matches_exactly_and_is_marked_in_the_report() -> None
     table = second.passkit_reports[0].table()
     assert table.splitlines()[0] == "pipeline training-python (graph 1, training, cache hit)"
     assert table.endswith("; loaded from the compile cache")
+
+
+@pytest.mark.slow
+def test_a_loaded_backward_still_copies_the_activations_it_overwrites_when_the_graph_is_kept() -> None:
+    # The stored graph names its donated inputs, so the reloaded code overwrites them; the
+    # runtime must still know which to copy before a backward that keeps its graph.
+    def step() -> tuple[object, list[torch.Tensor]]:
+        torch._dynamo.reset()  # static shapes, whatever Sequential another test compiled
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.ReLU(),
+                                    torch.nn.Linear(16, 4))
+        compiled = passkit.compile(model, pipeline="training")
+        loss = compiled(torch.randn(4, 8)).square().mean()
+        loss.backward(retain_graph=True)
+        loss.backward()
+        return compiled, [p.grad for p in model.parameters()]
+
+    first, grads = step()
+    second, reloaded = step()
+    assert (first.passkit_reports[0].cache, second.passkit_reports[0].cache) == ("", "hit")
+    assert first.passkit_reports[0].records[-1].stats["donated_saved"] >= 1
+    torch.testing.assert_close(reloaded, grads, rtol=0, atol=0)
 
 
 def test_cache_off_writes_nothing_and_watching_settings_never_read() -> None:

@@ -4,6 +4,7 @@ tables, ``compile_fx_inner`` and the boxed callable it returns.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Callable, Sequence
 
@@ -15,15 +16,22 @@ from passkit._torch.inductor_cache import fakes_with_shape_env, static_input_spe
 from passkit._torch.tracing import BERNOULLI_IN_LAYOUT, fake_mode_of, new_fake_mode
 
 __all__ = [
+    "DONATED_SUFFIX",
+    "backward_keeps_graph",
     "hide_bernoulli_fills",
-    "inductor_all_decompositions",
     "inductor_callable",
     "inductor_compile",
     "inductor_decompositions",
     "inductor_device_index",
     "inductor_mode_options",
+    "inductor_source",
+    "mark_donated_inputs",
     "restride_fake",
 ]
+
+# Appended to the name of each placeholder a backward may overwrite: Inductor's FX graph cache
+# keys on the graph's code and not on the donation, so the name carries it into the key.
+DONATED_SUFFIX = "_donated"
 
 
 def inductor_mode_options(mode: str) -> dict[str, Any]:
@@ -51,12 +59,16 @@ def inductor_compile(
     config_patches: dict[str, Any],
     graph_id: int,
     device_index: Any,
+    donated: Sequence[int] = (),
 ) -> tuple[Callable[[list[Any]], Any], list[tuple[int, ...] | None] | None]:
     """Compile one functional ATen graph with Inductor's inner compiler (``compile_fx_inner``).
 
     ``gm`` is compiled in place (Inductor's post-grad passes rewrite it), so pass a copy. Returns
     the boxed callable (call it with a fresh list; it clears the list) and the strides Inductor
     chose for each output, which a backward compiled afterwards must be told about.
+    ``donated`` lists a backward's inputs whose memory it may write its own buffers into (see
+    ``mark_donated_inputs``); Inductor reads them from the tracing context, as torch's AOT
+    hands them over.
     """
     from torch._guards import TracingContext, tracing
     from torch._inductor import config as inductor_config
@@ -72,7 +84,10 @@ def inductor_compile(
             example_inputs = fakes_with_shape_env(specs)
             fake_mode = fake_mode_of(example_inputs) or fake_mode
     # A context of our own: inside a Dynamo backend the ambient one carries Dynamo's fake mode.
-    with inductor_config.patch(config_patches), tracing(TracingContext(fake_mode)):
+    context = TracingContext(fake_mode)
+    if donated:
+        context.fw_metadata = _Donation(bw_donated_idxs=list(donated))  # type: ignore[assignment]
+    with inductor_config.patch(config_patches), tracing(context):
         with TracingContext.report_output_strides() as strides:
             compiled = compile_fx_inner(
                 gm,
@@ -85,6 +100,35 @@ def inductor_compile(
                 boxed_forward_device_index=device_index,
             )
     return compiled, (list(strides) if strides is not None else None)
+
+
+@dataclasses.dataclass
+class _Donation:
+    """The one field of torch's AOT metadata that ``compile_fx_inner`` reads for a backward."""
+
+    bw_donated_idxs: list[int]
+
+
+def mark_donated_inputs(gm: GraphModule, donated: Sequence[int]) -> None:
+    """Rename the placeholders at positions ``donated`` with ``DONATED_SUFFIX``.
+
+    The generated code is then different from the same graph compiled without donation, so
+    Inductor's FX graph cache never hands one the other's code: code that overwrites an input
+    that its caller still reads is a silent wrong result.
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for k in donated:
+        node = placeholders[k]
+        if not node.name.endswith(DONATED_SUFFIX):
+            node._rename(node.name + DONATED_SUFFIX)
+            node.target = node.name
+    gm.recompile()
+
+
+def backward_keeps_graph() -> bool:
+    """Whether the running backward keeps the graph (``retain_graph=True``): the saved tensors
+    are then read again by a later backward and must not be overwritten."""
+    return bool(torch._C._autograd._get_current_graph_task_keep_graph())
 
 
 def hide_bernoulli_fills(gm: GraphModule, *, fallback_random: bool) -> bool:
@@ -121,46 +165,19 @@ def restride_fake(value: Any, stride: Sequence[int]) -> Any:
 
 
 @functools.cache
-def inductor_all_decompositions() -> dict[Any, Callable[..., Any]]:
-    """Inductor's whole decomposition table, as torch's AOT applies it before Inductor lowers."""
+def inductor_decompositions() -> dict[Any, Callable[..., Any]]:
+    """Inductor's whole decomposition table, as torch's AOT applies it before Inductor lowers.
+
+    Some of its decompositions apply only to some inputs and return ``NotImplemented``
+    otherwise (``mm`` on most CPU shapes, ``max_pool2d_with_indices_backward`` in deterministic
+    mode); the op then stays for Inductor's own lowering (see ``ops.decomposition_may_decline``).
+    Leaving those out costs speed: Inductor lowers ResNet's max-pool backward as a loop over
+    every window that is eight times slower than the scatter the decomposition makes.
+    """
+    import torch._inductor.lowering  # noqa: F401 - some decompositions ask its lowerings
     from torch._inductor.decomposition import select_decomp_table
 
     return dict(select_decomp_table())
-
-
-@functools.cache
-def inductor_decompositions() -> dict[Any, Callable[..., Any]]:
-    """Inductor's table without the decompositions that may leave their op in place.
-
-    Some decompositions apply only to some inputs and return ``NotImplemented`` otherwise (``mm``
-    on tiny shapes, ``amax``, ``full`` with a dtype), for ops Inductor also lowers itself.
-    Without them every op in the table is gone once it ran, which is what the ``decomposed``
-    fact checks. Inductor lowers those ops itself; ``codegen.inductor`` gives ``full`` its dtype.
-    """
-    from torch._inductor.lowering import lowerings
-
-    return {op: fn for op, fn in inductor_all_decompositions().items() if not (op in lowerings and _may_decline(fn))}
-
-
-def _may_decline(fn: Callable[..., Any]) -> bool:
-    """Whether a decomposition names ``NotImplemented`` (or ``NotImplementedError``), in its
-    own code or a function nested in it; true for callables without Python code.
-
-    Reads the compiled code's names, not the source (``inspect.getsource`` tokenizes the file
-    again for each entry, a tenth of a second over the table on the first compile).
-    """
-    import inspect
-
-    code = getattr(inspect.unwrap(fn), "__code__", None)
-    if code is None:
-        return True
-    pending = [code]
-    while pending:
-        current = pending.pop()
-        if any("NotImplemented" in name for name in current.co_names):
-            return True
-        pending.extend(c for c in current.co_consts if isinstance(c, type(code)))
-    return False
 
 
 def inductor_callable(compiled: Any) -> Callable[[list[Any]], Any]:
@@ -174,3 +191,9 @@ def inductor_callable(compiled: Any) -> Callable[[list[Any]], Any]:
     if direct is not None and device_types <= {"cpu"}:
         return direct
     return compiled
+
+
+def inductor_source(compiled: Any) -> str | None:
+    """The Python module Inductor generated for a compiled graph (its kernels inline)."""
+    source = getattr(compiled, "source_code", None)
+    return source if isinstance(source, str) else None

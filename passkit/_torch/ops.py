@@ -14,6 +14,7 @@ import torch.fx
 from torch._ops import OpOverload, OpOverloadPacket
 
 __all__ = [
+    "decomposition_may_decline",
     "AUTOGRAD_SEMANTIC_OPS",
     "concrete",
     "core_aten_table",
@@ -266,3 +267,26 @@ def mkldnn_disabled() -> Any:
         yield
     finally:
         torch._C._set_mkldnn_enabled(previous)
+
+
+@functools.cache
+def decomposition_may_decline(fn: Callable[..., Any]) -> bool:
+    """Whether a decomposition can return ``NotImplemented`` (or raise ``NotImplementedError``),
+    leaving its op in place: it names either in its own code or a function nested in it; true
+    for callables without Python code.
+
+    Reads the compiled code's names, not the source (``inspect.getsource`` tokenizes the file
+    again for each entry, a tenth of a second over a table).
+    """
+    import inspect
+
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:
+        return True
+    pending = [code]
+    while pending:
+        current = pending.pop()
+        if any("NotImplemented" in name for name in current.co_names):
+            return True
+        pending.extend(c for c in current.co_consts if isinstance(c, type(code)))
+    return False

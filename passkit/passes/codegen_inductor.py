@@ -27,6 +27,7 @@ What the runtime wrapper relies on, and how it is kept:
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from typing import Any, Callable, Literal, Sequence
 
 import pydantic
@@ -61,6 +62,9 @@ class InductorOptions(pydantic.BaseModel):
     """Threads of the generated C++ kernels (default: torch.get_num_threads())."""
     size_asserts: bool = True
     """Check each input's size and strides on every call (a few microseconds per graph)."""
+    donate_saved: bool = True
+    """Let the backward write into saved activations that nothing else reads (fewer allocations,
+    a lower peak); a backward with ``retain_graph=True`` gets copies of them."""
 
     def config_patches(self) -> dict[str, Any]:
         patches = _torch.inductor_mode_options(self.mode) if self.mode != "default" else {}
@@ -87,13 +91,15 @@ def _graph_for_inductor(gm: GraphModule, options: InductorOptions) -> GraphModul
 
     Inductor's lowerings assume its decompositions ran. A pipeline that kept ops whole
     (``training-python``'s layer norm) gets them lowered here, by one more trace; the
-    ``inductor`` table in a ``decompose`` step does it earlier and cheaper. Of the
-    decompositions that table leaves out, the one a lowering relies on is ``full``'s default
-    dtype, filled in from the traced value. Dropout's ``bernoulli.p`` becomes an op Inductor
+    ``inductor`` table in a ``decompose`` step does it earlier and cheaper. Where ``full``'s
+    decomposition declined, its lowering still needs the dtype, filled in from the traced
+    value. Dropout's ``bernoulli.p`` becomes an op Inductor
     cannot mis-order (``_torch.hide_bernoulli_fills``).
     """
     table = _torch.inductor_decompositions()
-    if any(n.op == "call_function" and n.target in table for n in gm.graph.nodes):
+    # An op whose decomposition may decline is no sign of a kept op: it likely declined already.
+    if any(n.op == "call_function" and n.target in table and not _torch.decomposition_may_decline(table[n.target])
+           for n in gm.graph.nodes):
         copy = _torch.retrace(gm, decompositions=table, functional=False)
         if _torch.has_mutations(copy):
             copy = _torch.retrace(gm, decompositions=table, functional=True)
@@ -152,6 +158,40 @@ def _write_mutations_in_graph(gm: GraphModule, written: dict[int, int]) -> None:
     gm.recompile()
 
 
+def _donated_backward_inputs(program: Program) -> list[int]:
+    """The backward's inputs whose memory Inductor may reuse for its own buffers, by position.
+
+    A saved tensor qualifies when nothing but the backward reads it once the backward starts:
+    its storage is no forward input's (a parameter, a buffer, a mutated input), no visible
+    forward output's (the caller holds those), no gradient's, and no other saved value's (a view
+    saved beside its base would be overwritten while the base is still to be read). As in
+    torch's AOT, this lets the backward write into activations that are dead by then instead of
+    allocating. The runtime copies them first when the backward keeps its graph.
+    """
+    fw, bw = program.graphs["forward"].graph, program.graphs["backward"].graph
+    fw_io, bw_io = program.io("forward"), program.io("backward")
+
+    def storage(node: Any) -> Any:
+        return _torch.storage_of(node.meta.get("val")) if isinstance(node, Node) else None
+
+    fw_outputs = [storage(n) for n in next(n for n in reversed(fw.nodes) if n.op == "output").args[0]]
+    held = {storage(n) for n in fw.nodes if n.op == "placeholder"}
+    held |= {s for s, d in zip(fw_outputs, fw_io.outputs) if d.kind != "saved"}
+    held.discard(None)  # a StorageWeakRef cannot be compared with None
+    fw_saved = Counter(s for s, d in zip(fw_outputs, fw_io.outputs) if d.kind == "saved" and s is not None)
+    fw_ok = {
+        d.index for s, d in zip(fw_outputs, fw_io.outputs)
+        if d.kind == "saved" and s is not None and s not in held and fw_saved[s] == 1
+    }
+    bw_inputs = [storage(n) for n in bw.nodes if n.op == "placeholder"]
+    grads = {storage(n) for n in next(n for n in reversed(bw.nodes) if n.op == "output").args[0]} - {None}
+    bw_saved = Counter(s for s, d in zip(bw_inputs, bw_io.inputs) if d.kind == "saved" and s is not None)
+    return [
+        k for k, (s, d) in enumerate(zip(bw_inputs, bw_io.inputs))
+        if d.kind == "saved" and d.index in fw_ok and s is not None and s not in grads and bw_saved[s] == 1
+    ]
+
+
 def _placeholder_values(gm: GraphModule) -> list[Any]:
     return [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
 
@@ -189,30 +229,47 @@ def _no_grad_boxed(compiled: Callable[[list[Any]], Any], written: Sequence[int] 
     return run
 
 
-def _with_strides_of(compiled: Callable[[list[Any]], Any], expected: Sequence[Any], check: Sequence[int]) -> Callable[..., Any]:
-    """Copy inputs in ``check`` whose strides differ from the traced ones before calling."""
-    layouts = [(k, tuple(expected[k].stride())) for k in check]
+def _backward_call(compiled: Callable[[list[Any]], Any], expected: Sequence[Any], check: Sequence[int],
+                   donated: Sequence[int] = ()) -> Callable[..., Any]:
+    """The backward's callable: inputs in ``check`` whose strides differ from the traced ones are
+    copied first, and the ``donated`` inputs too when the backward keeps its graph (a later
+    backward reads them again, and this one overwrites them).
 
-    def run(*args: Any) -> Any:
-        boxed = list(args)
+    It also takes its inputs boxed (``run.passkit_boxed(list)``, a list it empties), so that the
+    runtime can drop its own references and the saved tensors die as the backward goes.
+    """
+    layouts = [(k, tuple(expected[k].stride())) for k in check]
+    keeps_graph = _torch.backward_keeps_graph
+
+    def boxed_run(boxed: list[Any]) -> Any:
         for k, stride in layouts:
             value = boxed[k]
             if value.stride() != stride:
                 boxed[k] = torch.empty_strided(value.size(), stride, dtype=value.dtype, device=value.device).copy_(value)
+        if donated and keeps_graph():
+            for k in donated:
+                boxed[k] = boxed[k].clone()
         return compiled(boxed)
 
+    def run(*args: Any) -> Any:
+        return boxed_run(list(args))
+
+    run.passkit_boxed = boxed_run  # type: ignore[attr-defined]
     return run
 
 
 def _compile(program: Program, name: str, examples: list[Any], options: InductorOptions, *,
              is_backward: bool, is_inference: bool, static: list[int], visible: list[int],
              graph_id: int, device_index: Any, pair: str = "", written: dict[int, int] | None = None,
-             ) -> tuple[Callable[[list[Any]], Any], Any, cache_form.InductorRecipe | None]:
+             donated: Sequence[int] = (),
+             ) -> tuple[Callable[[list[Any]], Any], Any, cache_form.InductorRecipe | None, str | None]:
     graph = _graph_for_inductor(program.graphs[name], options)
     if written:
         _write_mutations_in_graph(graph, written)
+    if donated:
+        _torch.mark_donated_inputs(graph, donated)
     recipe = cache_form.snapshot(graph, examples, is_backward=is_backward, is_inference=is_inference, static=static,
-                                 visible=visible, config_patches=options.config_patches(), pair=pair)
+                                 visible=visible, config_patches=options.config_patches(), pair=pair, donated=donated)
     try:
         compiled, strides = _torch.inductor_compile(
             graph,
@@ -224,10 +281,18 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
             config_patches=options.config_patches(),
             graph_id=graph_id,
             device_index=device_index,
+            donated=donated,
         )
     except Exception as exc:  # noqa: BLE001 - any Inductor failure becomes the one-line fallback error
         raise PassError(inductor_fallback_message(name, program.training, exc)) from exc
-    return _torch.inductor_callable(compiled), strides, recipe
+    return _torch.inductor_callable(compiled), strides, recipe, _torch.inductor_source(compiled)
+
+
+def _with_source(fn: Callable[..., Any], source: str | None) -> Callable[..., Any]:
+    """``fn`` showing the code Inductor generated, for dumps and traces (``passkit_source``)."""
+    if source is not None:
+        fn.passkit_source = source  # type: ignore[attr-defined]
+    return fn
 
 
 def _compile_training(program: Program, options: InductorOptions) -> None:
@@ -237,7 +302,7 @@ def _compile_training(program: Program, options: InductorOptions) -> None:
     if written:
         program.record_stat("mutations_written_in_graph", len(written))
     kept = [k for k in range(len(fw_io.outputs)) if k not in written]
-    fw_compiled, fw_strides, fw_recipe = _compile(
+    fw_compiled, fw_strides, fw_recipe, fw_source = _compile(
         program, "forward", _placeholder_values(program.graphs["forward"]), options,
         is_backward=False, is_inference=False,
         static=[k for k, d in enumerate(fw_io.inputs) if d.kind in ("param", "buffer")],
@@ -252,18 +317,21 @@ def _compile_training(program: Program, options: InductorOptions) -> None:
         value = bw_examples[k]
         if stride is not None and isinstance(value, torch.Tensor) and tuple(value.stride()) != tuple(stride):
             bw_examples[k] = _torch.restride_fake(value, stride)
-    bw_compiled, _, bw_recipe = _compile(
+    donated = _donated_backward_inputs(program) if options.donate_saved else []
+    if donated:
+        program.record_stat("donated_saved", len(donated))
+    bw_compiled, _, bw_recipe, bw_source = _compile(
         program, "backward", bw_examples, options,
         is_backward=True, is_inference=False,
         static=[k for k, d in enumerate(bw_io.inputs) if d.kind == "saved"],
         visible=list(range(len(bw_io.outputs))),
-        graph_id=graph_id, device_index=device_index, pair=pair,
+        graph_id=graph_id, device_index=device_index, pair=pair, donated=donated,
     )
     tangents = [k for k, d in enumerate(bw_io.inputs) if d.kind == "tangent" and isinstance(bw_examples[k], torch.Tensor)]
     program.compiled["forward"] = cache_form.cacheable(
-        _boxed(fw_compiled, sorted(written)), fw_recipe, "boxed", written=sorted(written))
+        _with_source(_boxed(fw_compiled, sorted(written)), fw_source), fw_recipe, "boxed", written=sorted(written))
     program.compiled["backward"] = cache_form.cacheable(
-        _with_strides_of(bw_compiled, bw_examples, tangents), bw_recipe, "strides_of", tangents)
+        _with_source(_backward_call(bw_compiled, bw_examples, tangents, donated), bw_source), bw_recipe, "strides_of", tangents)
 
 
 def _compile_inference(program: Program, options: InductorOptions) -> None:
@@ -272,7 +340,7 @@ def _compile_inference(program: Program, options: InductorOptions) -> None:
     if written:
         program.record_stat("mutations_written_in_graph", len(written))
     kept = [k for k in range(len(io.outputs)) if k not in written]
-    compiled, _, recipe = _compile(
+    compiled, _, recipe, source = _compile(
         program, "main", _placeholder_values(program.graphs["main"]), options,
         is_backward=False, is_inference=True,
         static=[k for k, d in enumerate(io.inputs) if d.kind in ("param", "buffer")],
@@ -280,7 +348,7 @@ def _compile_inference(program: Program, options: InductorOptions) -> None:
         graph_id=next(_graph_ids), device_index=_torch.inductor_device_index(), written=written,
     )
     program.compiled["main"] = cache_form.cacheable(
-        _no_grad_boxed(compiled, sorted(written)), recipe, "no_grad", written=sorted(written))
+        _with_source(_no_grad_boxed(compiled, sorted(written)), source), recipe, "no_grad", written=sorted(written))
 
 
 def inductor_cache_context(options: InductorOptions) -> str:

@@ -38,7 +38,7 @@ from passkit import _torch
 
 __all__ = ["InductorRecipe", "snapshot", "cacheable", "load", "LOADER"]
 
-FORMAT = 1
+FORMAT = 2
 LOADER = "passkit.passes.codegen_inductor_cache:load"
 Wrapper = Literal["boxed", "no_grad", "strides_of"]
 
@@ -64,12 +64,13 @@ class InductorRecipe:
     wrapper: Wrapper = "boxed"
     check: list[int] = dataclasses.field(default_factory=list)  # ``strides_of``: inputs to restride
     written: list[int] = dataclasses.field(default_factory=list)  # mutation slots the graph writes itself
+    donated: list[int] = dataclasses.field(default_factory=list)  # inputs a backward may overwrite
     format: int = FORMAT
 
 
 def snapshot(graph: GraphModule, examples: Sequence[Any], *, is_backward: bool, is_inference: bool,
              static: Sequence[int], visible: Sequence[int], config_patches: dict[str, Any],
-             pair: str | None = None) -> InductorRecipe | None:
+             pair: str | None = None, donated: Sequence[int] = ()) -> InductorRecipe | None:
     """The recipe for compiling ``graph`` (call before Inductor rewrites it), or None when it
     cannot be stored faithfully."""
     specs = _torch.static_input_specs(examples)
@@ -81,7 +82,7 @@ def snapshot(graph: GraphModule, examples: Sequence[Any], *, is_backward: bool, 
     return InductorRecipe(
         graph=data, code=graph.code, inputs=specs, is_backward=is_backward, is_inference=is_inference,
         static=list(static), visible=list(visible), config_patches=dict(config_patches),
-        pair=pair or uuid.uuid4().hex,
+        pair=pair or uuid.uuid4().hex, donated=list(donated),
     )
 
 
@@ -143,12 +144,14 @@ def load(recipe: InductorRecipe) -> Callable[..., Any]:
         graph, examples, is_backward=recipe.is_backward, is_inference=recipe.is_inference,
         static_input_idxs=recipe.static, user_visible_output_idxs=recipe.visible,
         config_patches=recipe.config_patches, graph_id=graph_id, device_index=device_index,
+        donated=recipe.donated,
     )
     fn = _torch.inductor_callable(compiled)
     if recipe.wrapper == "strides_of":
-        wrapped = codegen_inductor._with_strides_of(fn, examples, recipe.check)
+        wrapped = codegen_inductor._backward_call(fn, examples, recipe.check, recipe.donated)
     elif recipe.wrapper == "no_grad":
         wrapped = codegen_inductor._no_grad_boxed(fn, recipe.written)
     else:
         wrapped = codegen_inductor._boxed(fn, recipe.written)
+    wrapped = codegen_inductor._with_source(wrapped, _torch.inductor_source(compiled))
     return cacheable(wrapped, recipe, recipe.wrapper, recipe.check, recipe.written)

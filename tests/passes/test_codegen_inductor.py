@@ -157,12 +157,141 @@ def test_options_are_validated(tmp_path) -> None:
     )
 
 
-def test_the_inductor_table_leaves_out_decompositions_that_may_decline() -> None:
+def test_the_inductor_table_is_inductors_whole_table_and_ops_it_may_leave_stay_decomposed() -> None:
     from passkit import _torch
+    from passkit.passes.core_facts import _in_opset
+    from passkit.program import TargetOpset
 
     aten = torch.ops.aten
-    table, everything = _torch.inductor_decompositions(), _torch.inductor_all_decompositions()
-    # mm (tiny shapes), amax and full (with a dtype) return NotImplemented for some inputs.
-    for op in (aten.mm.default, aten.amax.default, aten.full.default):
-        assert op in everything and op not in table
-    assert aten.hardswish.default in table
+    table = _torch.inductor_decompositions()
+    # torch's AOT applies every one of these before Inductor lowers, declining ones included.
+    assert aten.max_pool2d_with_indices_backward.default in table and aten.mm.default in table
+    for op in (aten.mm.default, aten.amax.default, aten.full.default, aten.max_pool2d_with_indices_backward.default):
+        assert _torch.decomposition_may_decline(table[op])
+    assert not _torch.decomposition_may_decline(table[aten.hardswish.default])
+    target = TargetOpset(("inductor",), (), (), table=table, kept=frozenset())
+    assert _in_opset(target, aten.mm.default, before_joint=False)  # declined: Inductor lowers it
+    assert not _in_opset(target, aten.hardswish.default, before_joint=False)
+
+
+# Inductor lowers a max-pool backward it is handed as a loop over every window covering each
+# input; the table's decomposition scatters each gradient once, as torch.compile does (ResNet's
+# backward spent 0.3 ms of its 1.2 ms in that loop).
+def test_a_max_pool_backward_becomes_a_scatter_as_in_torch_compile() -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2, 1), nn.Flatten(), nn.Linear(64, 2))
+    twin = copy.deepcopy(eager)
+    x = torch.randn(2, 3, 8, 8)
+    compiled = passkit.compile(twin, pipeline="training")
+    _step(eager, x)
+    _step(compiled, x)
+    _assert_same_grads(twin, eager)
+    (program,) = compiled.passkit_backend.programs
+    targets = {str(n.target) for n in program.graphs["backward"].graph.nodes}
+    assert "aten.max_pool2d_with_indices_backward.default" not in targets
+    assert "aten.scatter_add.default" in targets or "aten.index_put.default" in targets, sorted(targets)
+
+
+def _backward_source(compiled: nn.Module) -> str:
+    from passkit.instruments.dumps import generated_code
+
+    (program,) = compiled.passkit_backend.programs
+    source = generated_code(program.compiled["backward"])
+    assert source is not None
+    return source
+
+
+def _step(model: nn.Module, x: torch.Tensor, *, retain: bool = False) -> torch.Tensor:
+    out = model(x)
+    loss = out[0] if isinstance(out, tuple) else out
+    loss = loss.square().mean()
+    loss.backward(retain_graph=retain)
+    if retain:
+        loss.backward()  # the graph is kept: a second backward reads the same saved tensors
+    return out
+
+
+def _assert_same_grads(twin: nn.Module, eager: nn.Module) -> None:
+    for (pname, p_eager), p_twin in zip(eager.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(p_twin.grad, p_eager.grad, **TOLERANCE, msg=lambda m: f"grad {pname}: {m}")
+
+
+def _two_stages() -> tuple[nn.Module, nn.Module, torch.Tensor]:
+    """Two conv-BN-ReLU stages: the backward's gradient for the first ReLU's output can take
+    that output's memory, which only the backward reads."""
+    torch.manual_seed(0)
+    eager = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Flatten(), nn.Linear(8 * 6 * 6, 4),
+    )
+    return eager, copy.deepcopy(eager), torch.randn(2, 3, 6, 6)
+
+
+# torch's AOT tells Inductor which saved activations are dead once the backward reads them, and
+# Inductor writes its own buffers into them instead of allocating; passkit does the same.
+def test_the_backward_writes_into_saved_activations_nothing_else_reads() -> None:
+    torch._dynamo.reset()
+    eager, twin, x = _two_stages()
+    compiled = passkit.compile(twin, pipeline="training")
+    for _ in range(2):
+        _step(eager, x)
+        _step(compiled, x)
+    _assert_same_grads(twin, eager)
+    (report,) = compiled.passkit_reports
+    assert report.records[-1].stats["donated_saved"] >= 1
+    assert "_donated; del " in _backward_source(compiled)  # ``bufN = relu_donated; del relu_donated  # reuse``
+
+
+def test_a_backward_that_keeps_its_graph_reads_the_saved_activations_it_overwrote_unchanged() -> None:
+    torch._dynamo.reset()
+    eager, twin, x = _two_stages()
+    compiled = passkit.compile(twin, pipeline="training")
+    _step(eager, x, retain=True)
+    _step(compiled, x, retain=True)
+    _assert_same_grads(twin, eager)
+    assert "_donated; del " in _backward_source(compiled)
+
+
+class _ReturnsActivation(nn.Module):
+    """Returns the second ReLU's output, which its backward also saves (and, were it donated,
+    would write the gradient of that same output into)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second, self.head = nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        activation = self.second(self.first(x).relu()).relu()
+        return self.head(activation), activation
+
+
+def test_a_saved_activation_the_caller_holds_is_not_overwritten() -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager = _ReturnsActivation()
+    twin = copy.deepcopy(eager)
+    x = torch.randn(4, 8)
+    compiled = passkit.compile(twin, pipeline="training")
+    _, expected = _step(eager, x)
+    _, actual = _step(compiled, x)
+    torch.testing.assert_close(actual, expected, **TOLERANCE)
+    _assert_same_grads(twin, eager)
+    assert "_donated; del " in _backward_source(compiled)  # the first ReLU's output is reused
+
+
+def test_inductors_cache_never_serves_donating_code_to_a_backward_without_donation(tmp_path, monkeypatch) -> None:
+    # Inductor's FX graph cache keys on the graph's code, not on the donation; a backward
+    # compiled without donation that got the donating code would overwrite the saved
+    # activations that a second backward (``retain_graph``) reads, uncopied.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))  # only this test's entries
+    path = tmp_path / "keep.toml"
+    path.write_text('[pipeline]\nname = "keep"\nextends = "training"\n\n[override."codegen.inductor"]\ndonate_saved = false\n')
+    for pipeline in ("training", str(path)):  # the same backward graph, Inductor's FX cache on
+        torch._dynamo.reset()
+        eager, twin, x = _two_stages()
+        compiled = passkit.compile(twin, pipeline=pipeline)
+        _step(eager, x, retain=True)
+        _step(compiled, x, retain=True)
+        _assert_same_grads(twin, eager)

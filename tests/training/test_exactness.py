@@ -33,6 +33,28 @@ def test_decomposition_before_joint_keeps_the_ops_own_gradient_log_ndtr() -> Non
     assert not grad.isnan().any()
 
 
+def test_a_decomposition_joint_applies_keeps_the_layout_main_recorded(tmp_path) -> None:
+    # Inductor's ``cat`` of an empty past and one tensor returns that tensor with its own
+    # (transposed) strides where ``cat`` returns a contiguous one; the ``view`` main recorded
+    # after it was valid only for the contiguous layout (GPT-2 with an empty key cache).
+    pipeline = tmp_path / "inductor-ops.toml"
+    pipeline.write_text(
+        '[pipeline]\nname = "inductor-ops"\n\n[[steps]]\npass = "functionalize"\n\n'
+        '[[steps]]\npass = "decompose"\ntables = ["inductor"]\n\n[[steps]]\npass = "joint"\n\n'
+        '[[steps]]\npass = "partition.default"\n\n[[steps]]\npass = "codegen.python"\n'
+    )
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        keys = torch.cat([torch.zeros(2, 4, 0, 8), x.transpose(1, 2)], -2)
+        return (keys.transpose(-2, -1) * 0.5).reshape(8, 8, 12)
+
+    x = torch.randn(2, 12, 4, 8)
+    expected, expected_grad = _grad(fn, x)
+    out, grad = _grad(passkit.aot_function(fn, pipeline=str(pipeline)), x)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grad, expected_grad)
+
+
 def test_decomposition_before_joint_keeps_safe_softmax_gradient() -> None:
     x = torch.tensor([[0.0, float("-inf")], [float("-inf"), float("-inf")]])
     fn = lambda t: torch.ops.aten._safe_softmax.default(t, -1) * 2  # noqa: E731
@@ -215,6 +237,23 @@ def test_mutated_input_overlapping_another_input_is_refused() -> None:
         "pass the base tensor once, or clone the views before the call"
     )
     torch.testing.assert_close(base, torch.ones(4, 2))  # refused before anything was written
+
+
+def test_overlapping_views_are_refused_after_clean_calls_of_the_same_program() -> None:
+    # A clean call is remembered by where the inputs start; other starts are checked again.
+    def fn(a, b):
+        a.add_(1)
+        return a + b
+
+    compiled = passkit.aot_function(fn, pipeline=PIPELINE)
+    a, b = torch.ones(4), torch.ones(4)
+    for _ in range(2):
+        compiled(a, b)
+    base = torch.ones(8)
+    with pytest.raises(passkit.PasskitError, match="inputs 0 and 1 share memory"):
+        compiled(base[0:4], base[2:6])
+    torch.testing.assert_close(base, torch.ones(8))
+    torch.testing.assert_close(a, torch.full((4,), 3.0))
 
 
 def test_mutated_input_sharing_storage_without_overlap_runs() -> None:
