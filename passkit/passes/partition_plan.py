@@ -226,19 +226,26 @@ class Problem:
         return path
 
     def _shrink(self, high: Plan, limit: int) -> list[Plan]:
-        """Plans below ``high``: values it saves recomputed instead, least time lost per byte
-        freed first (in one pass, as ``_fill``), until the limit holds."""
+        """Plans below ``high``: values it saves recomputed instead, until the limit holds.
+
+        Two greedy orders, one pass each (as ``_fill``): least time lost per byte freed, which
+        suits a limit far below ``high``; and least time lost, which suits one just below it,
+        where the best value per byte (a whole activation) frees far more than the excess and
+        several small values (a normalisation's statistics) cost far less time to recompute.
+        """
         drops = self._single_drops(high)
-        scored = [((plan.time_ns - high.time_ns) / (high.bytes - plan.bytes), node) for node, plan in drops]
         path = [plan for _, plan in drops if plan.bytes <= limit]  # a small excess: one value is enough
-        current = high
-        for _, node in sorted(scored, key=lambda item: item[0]):
-            if current.bytes <= limit:
-                break
-            plan = self.evaluate(n for n in current.saved if n is not node)
-            if plan.bytes < current.bytes:
-                path.append(plan)
-                current = plan
+        per_byte = sorted(drops, key=lambda d: (d[1].time_ns - high.time_ns) / (high.bytes - d[1].bytes))
+        per_time = sorted(drops, key=lambda d: d[1].time_ns - high.time_ns)
+        for order in (per_byte, per_time):
+            current = high
+            for node, _ in order:
+                if current.bytes <= limit:
+                    break
+                plan = self.evaluate(n for n in current.saved if n is not node)
+                if plan.bytes < current.bytes:
+                    path.append(plan)
+                    current = plan
         return path
 
     def _single_drops(self, plan: Plan) -> list[tuple[Node, Plan]]:
