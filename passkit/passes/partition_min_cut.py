@@ -89,7 +89,8 @@ class MinCutOptions(BudgetOptions):
     """Options of ``partition.min_cut`` (see docs/partitioning.md)."""
 
     memory_budget: float = 1.0
-    """Saved bytes to allow, from 0 (the fewest the rules allow) to 1 (the fastest plan)."""
+    """Saved bytes to allow, from 0 (the fewest the rules allow) to 1 (the fastest plan); with
+    ``fused_pointwise`` the scale still ends at the fastest unfused plan's bytes."""
     max_saved: str | int | None = None
     """An absolute limit on saved bytes ("2GiB", "512MiB", or an integer)."""
     estimator: Literal["flops", "profile"] = "flops"
@@ -203,10 +204,10 @@ def _classify(joint_gm: GraphModule, io: GraphIO) -> tuple[set[Node], set[Node],
     return forward, required, read
 
 
-def _limit(options: MinCutOptions, smallest: Plan, fastest: Plan) -> tuple[int | None, str]:
+def _limit(options: MinCutOptions, smallest: Plan, top: int) -> tuple[int | None, str]:
     limits = []
     if options.memory_budget < 1.0:
-        span = max(fastest.bytes - smallest.bytes, 0)
+        span = max(top - smallest.bytes, 0)
         limits.append((smallest.bytes + int(options.memory_budget * span), "memory_budget"))
     if options.max_saved is not None:
         limits.append((parse_size(options.max_saved), "max_saved"))
@@ -224,16 +225,27 @@ def min_cut(program: Program, **values: Any) -> bool:
     forward, required, read = _classify(joint_gm, io)
     rules = _Rules(options, forward)
     estimate = estimator_for(options.estimator, fused_pointwise=options.fused_pointwise)
-    problem = Problem(
-        forward=forward, required=required, read_by_backward=read, time_ns={},
-        keep=set(rules.keep), must_recompute=set(rules.recompute), must_save=rules.save,
-    )
-    problem.time_ns.update(
-        {n: int(round(estimate(n) * 1e9)) for n in problem.relevant if n in required and n.op == "call_function"}
-    )
+    def costed(estimate: Any) -> Problem:
+        problem = Problem(
+            forward=forward, required=required, read_by_backward=read, time_ns={},
+            keep=set(rules.keep), must_recompute=set(rules.recompute), must_save=rules.save,
+        )
+        problem.time_ns.update(
+            {n: int(round(estimate(n) * 1e9)) for n in problem.relevant if n in required and n.op == "call_function"}
+        )
+        return problem
+
+    problem = costed(estimate)
     try:
         smallest, fastest = problem.smallest(), problem.fastest()
-        limit, limited_by = _limit(options, smallest, fastest)
+        top = fastest.bytes
+        if options.fused_pointwise and options.memory_budget < 1.0:
+            # A budget's scale ends at the fastest plan of unfused code, whatever the code
+            # generator: the same budget is the same bytes in `training` and `training-python`
+            # (and close to torch's own scale); fusion only makes plans under it faster.
+            unfused = costed(estimator_for(options.estimator, fused_pointwise=False)).fastest()
+            top = max(top, unfused.bytes)
+        limit, limited_by = _limit(options, smallest, top)
         slack_ns = 0 if limit is None else int(options.time_slack * _step_time_ns(joint_gm, estimate))
         plan = fastest if limit is None else problem.fastest_within(limit, slack_ns=slack_ns)
     except PlanError as exc:
