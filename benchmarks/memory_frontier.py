@@ -31,9 +31,10 @@ Targets (3% noise on time, judged head to head):
 
 - the frontier: at each torch point's bytes, passkit's plan saves no more at no more step time;
 - at equal budgets: ``flops`` saves no more bytes than ``torch`` at no more step time, and is
-  strictly better somewhere (the two read a budget differently: passkit's is a byte limit
-  between its smallest and fastest plans, counted per storage, which it always meets; torch's
-  counts each saved value's own size and returns its first plan under the ratio);
+  strictly better somewhere (the two read a budget alike but count differently: passkit's is a
+  byte limit between its smallest plan and its fastest unfused one, counted per storage, which
+  it always meets; torch's counts each saved value's own size and returns its first plan under
+  the ratio);
 - every ``max_saved`` plan measures within its limit.
 
 Compiles use a fresh passkit cache (``PASSKIT_CACHE_DIR`` in a temporary folder).

@@ -10,7 +10,10 @@ quartiles of such ratios sit within about 3% of their median where those of a ta
 ratios sit within about 10%. The targets that allow 3% for noise are judged on these ratios.
 
 Each repetition runs ``A B B A`` and yields two ratios, ``B/A`` for each adjacent pair, so neither
-contender always runs first (a first step can pay for the other's freed memory).
+contender always runs first (a first step can pay for the other's freed memory). Half of each
+contender's steps follow a step of its own (caches warm with its weights, as in a training run)
+and half follow the other's (as every step of a table's round does); on small models, whose
+weights fit in cache, the two figures can differ by several percent, so both are printed.
 """
 
 from __future__ import annotations
