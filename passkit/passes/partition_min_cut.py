@@ -225,13 +225,14 @@ def min_cut(program: Program, **values: Any) -> bool:
     forward, required, read = _classify(joint_gm, io)
     rules = _Rules(options, forward)
     estimate = estimator_for(options.estimator, fused_pointwise=options.fused_pointwise)
-    def costed(estimate: Any) -> Problem:
+
+    def costed(estimator: Any) -> Problem:
         problem = Problem(
             forward=forward, required=required, read_by_backward=read, time_ns={},
             keep=set(rules.keep), must_recompute=set(rules.recompute), must_save=rules.save,
         )
         problem.time_ns.update(
-            {n: int(round(estimate(n) * 1e9)) for n in problem.relevant if n in required and n.op == "call_function"}
+            {n: int(round(estimator(n) * 1e9)) for n in problem.relevant if n in required and n.op == "call_function"}
         )
         return problem
 
