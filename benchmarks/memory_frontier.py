@@ -62,7 +62,7 @@ import torch
 from torch import nn
 
 import passkit
-from paired import PairedRatio, head_to_head
+from paired import PairedRatio, head_to_head, repetitions
 from passkit.examples import transformer
 
 TOLERANCE = 1.03
@@ -369,15 +369,13 @@ def main() -> int:
     parser.add_argument("--budgets", default="0,0.25,0.5,0.75,1")
     parser.add_argument("--partitioners", default="torch,flops,profile")
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--pairs", type=int, default=10,
+    parser.add_argument("--pairs", type=repetitions, default=10,
                         help="A B B A repetitions per head-to-head verdict pair (two ratios each); 0 judges on the table")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--pipeline", choices=sorted(BASES), default="training-python",
                         help="the shipped pipeline whose partition step each contender replaces")
     parser.add_argument("--json", help="also write every row to this file")
     args = parser.parse_args()
-    if args.pairs < 0:
-        parser.error(f"--pairs must be 0 or more, got {args.pairs}")
     torch.set_num_threads(args.threads)
     # Every contender compiles the same forward code with its own backend; each needs its own
     # cache entry, or Dynamo stops compiling after 8 and silently runs the rest eagerly.

@@ -18,6 +18,7 @@ weights fit in cache, the two figures can differ by several percent, so both are
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from dataclasses import dataclass
@@ -51,6 +52,17 @@ def head_to_head(
         ratios += [b1 / a1, b2 / a2]
     q1, median, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
     return PairedRatio(median, q1, q3, len(ratios))
+
+
+def repetitions(text: str) -> int:
+    """``--pairs`` for argparse: a whole number, 0 or more (0 judges on the table's ratios)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
 
 
 def _seconds(step: Callable[[], object]) -> float:

@@ -31,9 +31,9 @@ Targets (exit status 1 if one fails), for the ``training`` pipeline:
 (a) passkit / eager <= inductor / eager (within 3% for noise), on every workload;
 (b) passkit / eager <= 1.10 on ``mlp`` and <= 0.90 on ``large``;
 (c) passkit compile time <= inductor's, on every workload.
-(a) and (b) are judged head to head after the rounds (``--pairs`` ``A B B A`` blocks of adjacent
-steps, and more until three seconds have passed, passkit against Inductor and against eager; ``paired.py`` says why): the median of those
-ratios, with the table's ratios printed beside them.
+(a) and (b) are judged head to head after the rounds: passkit against Inductor and against eager
+in ``--pairs`` ``A B B A`` blocks of adjacent steps (more until three seconds have passed), the
+median of those ratios, with the table's ratios printed beside them (``paired.py`` says why).
 
 Run: ``python benchmarks/step_time.py [PIPELINE ...] [--workloads mlp,small,conv_bn,large,gpt2] [--rounds N]
 [--compile-repeats 1] [--threads 2] [--pairs 10] [--json OUT]``.
@@ -57,7 +57,7 @@ from typing import Any, Callable
 import torch
 
 import passkit
-from paired import head_to_head
+from paired import head_to_head, repetitions
 from passkit.examples import transformer
 
 class ConvBN(torch.nn.Module):
@@ -279,8 +279,8 @@ def run_workload(name: str, pipelines: list[str], rounds: int, compile_repeats: 
         }
         for c in contenders
     }
-    for name_, ratios in paired.items():
-        figures[name_].update(ratios)
+    for contender_name, ratios in paired.items():
+        figures[contender_name].update(ratios)
     return WorkloadResult(name, rounds, compile_repeats, figures, notes)
 
 
@@ -390,7 +390,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per workload (default: per workload)")
     parser.add_argument("--compile-repeats", type=int, default=1, help="compiles per contender, Inductor included (median)")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
-    parser.add_argument("--pairs", type=int, default=10,
+    parser.add_argument("--pairs", type=repetitions, default=10,
                         help="A B B A repetitions for the head-to-head verdicts (two ratios each); 0 judges on the table")
     parser.add_argument("--json", type=Path, default=None, help="write the raw figures to this file")
     args = parser.parse_args()
@@ -398,8 +398,6 @@ def main() -> int:
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown:
         parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
-    if args.pairs < 0:
-        parser.error(f"--pairs must be 0 or more, got {args.pairs}")
     for spec in args.pipelines:
         try:
             passkit.load_pipeline(spec)  # a bad pipeline fails now, in one line, not after minutes

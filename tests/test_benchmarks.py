@@ -1,0 +1,72 @@
+"""The benchmarks' head-to-head timing and their option errors: what a user running them sees."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def paired(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import paired
+
+    return paired
+
+
+def test_head_to_head_is_the_median_of_adjacent_step_ratios(paired, monkeypatch) -> None:
+    # A fake clock: each step advances it by its cost times the host's slowness, which changes
+    # tenfold in the middle of every A B B A block (between the two `ours` steps). No adjacent
+    # pair spans a change, so every ratio is the true 1.5.
+    clock = [0.0]
+    slowness = [1.0]
+    monkeypatch.setattr(paired.time, "perf_counter", lambda: clock[0])
+    ours_calls = [0]
+
+    def theirs() -> None:
+        clock[0] += 2.0 * slowness[0]
+
+    def ours() -> None:
+        ours_calls[0] += 1
+        if ours_calls[0] % 2 == 0:
+            slowness[0] = 11.0 - slowness[0]  # 1 -> 10 -> 1
+        clock[0] += 3.0 * slowness[0]
+
+    ratio = paired.head_to_head(ours, theirs, repetitions=4)
+    assert ratio.pairs == 8
+    assert ratio.median == pytest.approx(1.5)
+
+
+def test_head_to_head_keeps_pairing_until_its_minimum_time(paired, monkeypatch) -> None:
+    clock = [0.0]
+    monkeypatch.setattr(paired.time, "perf_counter", lambda: clock[0])
+
+    def step() -> None:
+        clock[0] += 0.25
+
+    ratio = paired.head_to_head(step, step, repetitions=1, min_seconds=10.0)
+    assert ratio.pairs == 20  # ten A B B A blocks of one second each
+    assert (ratio.q1, ratio.median, ratio.q3) == (1.0, 1.0, 1.0)
+
+
+def test_head_to_head_without_repetitions_is_refused(paired) -> None:
+    with pytest.raises(ValueError) as info:
+        paired.head_to_head(lambda: None, lambda: None, repetitions=0)
+    assert str(info.value) == "head_to_head needs at least one repetition, got 0"
+
+
+@pytest.mark.parametrize("script", ["step_time.py", "memory_frontier.py"])
+@pytest.mark.parametrize(("value", "message"), [
+    ("-1", "argument --pairs: must be 0 or more, got -1"),
+    ("x", "argument --pairs: must be a whole number, got 'x'"),
+])
+def test_a_bad_pairs_option_is_a_one_line_error(script, value, message) -> None:
+    done = subprocess.run([sys.executable, str(BENCHMARKS / script), "--pairs", value],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == f"{script}: error: {message}"
