@@ -47,6 +47,7 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("functionalize", "passkit.passes.functionalize"),
     ("decompose", "passkit.passes.decompose"),
     ("joint", "passkit.passes.joint"),
+    ("joint_inductor", "passkit.passes.joint_inductor"),
     ("partition", "passkit.passes.partition"),
     ("partition_min_cut", "passkit.passes.partition_min_cut"),
     ("fx_cleanup", "passkit.passes.fx_cleanup"),

@@ -1,13 +1,17 @@
 """Shared by runner and instrument tests: a hand-built program ``main(x, y) = (x + y) * y`` and
-``Kit``, a plugin manager with test passes that runs pipelines built in Python."""
+``Kit``, a plugin manager with test passes that runs pipelines built in Python; and the checks
+that a compiled model trains like eager."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import fx
+
+import passkit
 
 from passkit.pipeline import Pipeline, Settings, Step
 from passkit.program import GraphIO, Program, Signature
@@ -75,3 +79,25 @@ def assert_loss_and_grads_match(out: torch.Tensor, expected: torch.Tensor, eager
     for (name, p), q in zip(eager.named_parameters(), twin.parameters()):
         if p.grad is not None:
             torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-6, msg=name)
+
+
+def assert_seeded_steps_match_eager(make_model: Callable[[], torch.nn.Module], x: torch.Tensor, pipeline: str,
+                                    steps: int = 2) -> Any:
+    """Seeded alike before each of ``steps`` steps, the compiled model's outputs and its gradients
+    equal eager's (so random ops draw what eager draws); returns the compiled model."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager = make_model()
+    twin = copy.deepcopy(eager)
+    compiled = passkit.compile(twin, pipeline=pipeline, cache="off")
+    for step in range(steps):
+        torch.manual_seed(step)
+        expected = eager(x)
+        torch.manual_seed(step)
+        actual = compiled(x)
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5, msg=lambda m: f"step {step} output: {m}")
+        expected.square().mean().backward()
+        actual.square().mean().backward()
+    for (name, p_eager), p_twin in zip(eager.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(p_twin.grad, p_eager.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"grad {name}: {m}")
+    return compiled

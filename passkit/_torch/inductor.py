@@ -23,6 +23,7 @@ __all__ = [
     "inductor_compile",
     "inductor_decompositions",
     "inductor_device_index",
+    "inductor_joint_graph_passes",
     "inductor_mode_options",
     "inductor_source",
     "mark_donated_inputs",
@@ -107,6 +108,35 @@ class _Donation:
     """The one field of torch's AOT metadata that ``compile_fx_inner`` reads for a backward."""
 
     bw_donated_idxs: list[int]
+
+
+def inductor_joint_graph_passes(gm: GraphModule) -> GraphModule:
+    """Run the passes ``torch.compile`` runs on a joint (or inference) graph before partitioning.
+
+    Inductor's ``joint_graph_passes``: ATen canonicalization, no-op removal (never making an
+    output alias an input), folding of tensors filled with one value, and its pattern matcher's
+    joint patterns (pointless views and permutes, attention to SDPA, ...), each governed by
+    Inductor's config as in ``torch.compile``. Random ops stay ATen's: ``codegen.inductor``'s
+    ``fallback_random`` alone decides how they draw. Returns the graph module: ``gm`` changed in
+    place, or on torch 2.13 possibly a new one.
+    """
+    import inspect
+
+    from torch._guards import TracingContext, tracing
+    from torch._inductor import config as inductor_config
+    from torch._inductor.compile_fx import _recursive_joint_graph_passes
+    from torch._inductor.virtualized import V
+
+    values = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    kwargs: dict[str, Any] = {}
+    if "input_device" in inspect.signature(_recursive_joint_graph_passes).parameters:  # torch 2.13
+        kwargs["input_device"] = next((v.device for v in values if isinstance(v, torch.Tensor)), None)
+    # Replacements are traced under V.fake_mode; without it a pattern that makes a tensor
+    # (``arange`` in the scatter-on-a-constant pattern) mixes a real tensor with fake ones.
+    fake_mode = fake_mode_of(values) or new_fake_mode()
+    with inductor_config.patch(fallback_random=True), tracing(TracingContext(fake_mode)), V.set_fake_mode(fake_mode):
+        result = _recursive_joint_graph_passes(gm, **kwargs)
+    return result if result is not None else gm  # torch 2.11 changes ``gm`` and returns None
 
 
 def mark_donated_inputs(gm: GraphModule, donated: Sequence[int]) -> None:

@@ -12,6 +12,8 @@ import passkit
 from passkit.examples.convnet import ConvBN
 from passkit.examples.transformer import MLP, Block
 
+from tiny_programs import assert_seeded_steps_match_eager
+
 pytestmark = pytest.mark.slow  # every test here pays for Inductor compiling C++ kernels
 
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}  # fused kernels sum in another order than ATen
@@ -59,22 +61,10 @@ def test_training_steps_match_eager(name: str) -> None:
 # kernel with the readers of that copy before the fill ran: the output was norm x uninitialized
 # memory (a NaN loss on BERT). Seeded alike, both draw ATen's masks (`fallback_random`).
 def test_dropout_after_a_layer_norm_draws_eagers_mask() -> None:
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    eager = nn.Sequential(nn.LayerNorm(32), nn.Dropout(0.1), nn.Linear(32, 8))
-    twin = copy.deepcopy(eager)
-    compiled = passkit.compile(twin, pipeline="training")
-    x = torch.randn(4, 12, 32)
-    for step in range(2):
-        torch.manual_seed(step)
-        expected = eager(x)
-        torch.manual_seed(step)
-        actual = compiled(x)
-        torch.testing.assert_close(actual, expected, **TOLERANCE, msg=lambda m: f"step {step} output: {m}")
-        expected.square().mean().backward()
-        actual.square().mean().backward()
-    for (pname, p_eager), p_twin in zip(eager.named_parameters(), twin.parameters()):
-        torch.testing.assert_close(p_twin.grad, p_eager.grad, **TOLERANCE, msg=lambda m: f"grad {pname}: {m}")
+    def model() -> nn.Module:
+        return nn.Sequential(nn.LayerNorm(32), nn.Dropout(0.1), nn.Linear(32, 8))
+
+    assert_seeded_steps_match_eager(model, torch.randn(4, 12, 32), "training")
 
 
 @pytest.mark.parametrize("name", list(MODELS))
