@@ -17,6 +17,7 @@ from passkit._torch.tracing import BERNOULLI_IN_LAYOUT, fake_mode_of, new_fake_m
 
 __all__ = [
     "DONATED_SUFFIX",
+    "JOINT_PASSES_CONFIG",
     "backward_keeps_graph",
     "hide_bernoulli_fills",
     "inductor_callable",
@@ -110,6 +111,10 @@ class _Donation:
     bw_donated_idxs: list[int]
 
 
+# What ``inductor_joint_graph_passes`` sets over the user's Inductor config while it runs.
+JOINT_PASSES_CONFIG: dict[str, Any] = {"fallback_random": True}
+
+
 def inductor_joint_graph_passes(gm: GraphModule) -> GraphModule:
     """Run the passes ``torch.compile`` runs on a joint (or inference) graph before partitioning.
 
@@ -134,7 +139,7 @@ def inductor_joint_graph_passes(gm: GraphModule) -> GraphModule:
     # Replacements are traced under V.fake_mode; without it a pattern that makes a tensor
     # (``arange`` in the scatter-on-a-constant pattern) mixes a real tensor with fake ones.
     fake_mode = fake_mode_of(values) or new_fake_mode()
-    with inductor_config.patch(fallback_random=True), tracing(TracingContext(fake_mode)), V.set_fake_mode(fake_mode):
+    with inductor_config.patch(JOINT_PASSES_CONFIG), tracing(TracingContext(fake_mode)), V.set_fake_mode(fake_mode):
         result = _recursive_joint_graph_passes(gm, **kwargs)
     return result if result is not None else gm  # torch 2.11 changes ``gm`` and returns None
 

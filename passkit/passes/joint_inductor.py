@@ -23,8 +23,8 @@ __all__ = ["inductor_passes"]
 
 
 def inductor_joint_context(_options: object) -> str:
-    """What the compile cache key adds for this step: Inductor's config, which these passes read."""
-    return _torch.inductor_config_digest({})
+    """What the compile cache key adds for this step: Inductor's config as these passes read it."""
+    return _torch.inductor_config_digest(_torch.JOINT_PASSES_CONFIG)
 
 
 @graph_pass("joint.inductor_passes", requires={"functional"}, cache_context=inductor_joint_context)
