@@ -11,6 +11,8 @@ target opset, so that ``joint`` does not lower a fused replacement back to its p
 fails the step, in one line, when a named set applied nowhere; a list names the sets or
 patterns (``"attention:causal_masked_fill"``) that must apply. ``only`` narrows the named sets to
 some of their patterns (``"attention:sdpa"``), as ``passkit bisect`` writes it in a minimal pipeline.
+``set_options.<set>`` tunes a set that declares options (``PatternSet.options``), such as the
+``attention`` set's ``cpu_min_score_bytes``; it is checked against the set when the file loads.
 
 Before each application the pass asks ``context.should_apply`` (the ``passkit_should_apply``
 hook), so a plugin can veto single applications (bisection finds the first bad one that way).
@@ -55,6 +57,7 @@ class RewriteOptions(pydantic.BaseModel):
     graphs: list[str] | None = None
     max_applications: int = pydantic.Field(default=1000, ge=1)
     only: list[str] | None = None
+    set_options: dict[str, dict[str, Any]] = pydantic.Field(default_factory=dict)
 
     @pydantic.field_validator("patterns", mode="after")
     @classmethod
@@ -69,6 +72,20 @@ class RewriteOptions(pydantic.BaseModel):
             set_name.registered = registered[name]
             resolved.append(set_name)
         return resolved
+
+    @pydantic.model_validator(mode="after")
+    def _set_options_fit(self) -> RewriteOptions:
+        named = {str(name): name for name in self.patterns}  # each carries its registered set
+        for name, values in self.set_options.items():
+            if name not in named:
+                raise ValueError(f"set_options names {name!r}, which patterns does not list ({', '.join(named)})")
+            try:
+                resolve_pattern_set(named[name]).configured(values)
+            except pydantic.ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(part) for part in first["loc"])
+                raise ValueError(f"set_options.{name}.{where}: {first['msg']}") from None
+        return self
 
 
 def _unknown(name: str, known: Any) -> str:
@@ -109,7 +126,10 @@ def resolve_pattern_set(name: str, registry: Any = None) -> Any:
         raise ValueError(f"pattern set {name!r} is {type(value).__name__}, not a PatternSet or a list of patterns")
     # Names in counts and errors say which set a pattern came from.
     qualified = tuple(dataclasses.replace(p, name=f"{name}:{p.name}") for p in patterns)
-    return PatternSet(name, qualified, description, requires=getattr(value, "requires", ()))
+    return PatternSet(
+        name, qualified, description, requires=getattr(value, "requires", ()),
+        options=getattr(value, "options", None), configure=getattr(value, "configure", None),
+    )
 
 
 @graph_pass("rewrite", requires={"functional"}, options=RewriteOptions)
@@ -121,13 +141,15 @@ def rewrite(
     graphs: list[str] | None,
     max_applications: int,
     only: list[str] | None,
+    set_options: dict[str, dict[str, Any]],
     context: StepContext | None = None,
 ) -> bool:
     """Apply named pattern sets (attention, noops, plugins' sets) to a fixpoint, by benefit."""
     from passkit.patterns import Applied
     from passkit.patterns.driver import expect_match as require
 
-    sets = [resolve_pattern_set(name) for name in patterns]  # names carry their registered sets
+    # Names carry their registered sets; options were validated when the pipeline loaded.
+    sets = [resolve_pattern_set(name).configured(set_options.get(name)) for name in patterns]
     if only is not None:
         sets = _only(sets, only)
     canonical = program.target_opset

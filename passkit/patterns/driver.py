@@ -166,7 +166,7 @@ def _apply_at(
             continue
         if order is None:
             order = {n: i for i, n in enumerate(gm.graph.nodes)}
-        reason = refusal(match, order)
+        reason = match.refused or refusal(match, order)
         if reason is None and should_apply is not None and not should_apply(match):
             reason = "vetoed"
         done = apply_replacement(gm, match) if reason is None else False

@@ -59,6 +59,8 @@ class Match:
     roots: tuple[Node, ...]
     nodes: list[Node]
     bindings: dict[str, Any]
+    # Why the pattern's ``check`` refuses it (a string it returned), counted in ``refused``.
+    refused: str | None = None
 
     def val(self, name: str) -> Any:
         """The ``meta["val"]`` of a bound node (a fake tensor), or the bound literal itself."""
@@ -353,9 +355,11 @@ def match_pattern(pattern: Pattern, roots: tuple[Any, ...], anchor: Node) -> Mat
             return None
         state = state_after
     match = Match(pattern, tuple(found), list(state.nodes), dict(state.bindings))
-    if pattern.check is not None and not pattern.check(match):
-        return None
-    return match
+    verdict = pattern.check(match) if pattern.check is not None else True
+    if isinstance(verdict, str):
+        match.refused = verdict
+        return match
+    return match if verdict else None
 
 
 def _match_more(root: Any, state: _State, found: list[Node]) -> _State | None:

@@ -16,7 +16,8 @@ A search pattern is a small tree (or, with several roots, a DAG) of frozen datac
 string entries name sizes that must agree across the whole match. A ``Pattern`` pairs a search
 (one root or a tuple of roots, for multi-output patterns, or a traced search from
 ``from_trace``) with a replacement, a benefit (higher first) and an optional extra ``check``.
-A ``PatternSet`` is a named tuple of patterns; sets compose with ``+``.
+A ``PatternSet`` is a named tuple of patterns; sets compose with ``+``. A set may declare
+``options`` that a pipeline sets per ``rewrite`` step (the ``attention`` set's CPU size gate).
 
 Everything is frozen and hashable; ``fingerprint()`` is stable across processes (callables are
 named by their qualified name and source hash), so the compile cache can key on pattern sets.
@@ -145,7 +146,9 @@ class Pattern:
     ``replace``: ``f(**bindings)`` written in torch and traced into the graph; or ``build``:
     ``f(builder, **bindings)`` that adds nodes with ``builder.call(op, ...)``. Either returns
     one value per search output.
-    ``check``: ``f(match) -> bool``, a last word on a match (``match.bindings``, ``match.val``).
+    ``check``: ``f(match) -> bool | str``, a last word on a match (``match.bindings``,
+    ``match.val``): False is no match; a string refuses the match and is the reason the
+    ``rewrite`` step reports under ``refused`` (a cost model's "too small to pay").
     ``keep``: op names that a ``decompose`` step's table must leave whole after this pattern
     applied (the ``rewrite`` pass adds them to the program's target opset).
     """
@@ -155,7 +158,7 @@ class Pattern:
     replace: Callable[..., Any] | None = None
     build: Callable[..., Any] | None = None
     benefit: int = 1
-    check: Callable[[Any], bool] | None = None
+    check: Callable[[Any], bool | str] | None = None
     description: str = ""
     # Ops (``"aten.x.default"`` names) the replacement needs kept whole by later lowering,
     # such as the kernels a composite op dispatches to when ``joint`` traces it.
@@ -186,6 +189,21 @@ class PatternSet:
     # Op packets one of which a graph must call for any pattern to match (empty: no hint). A
     # graph without them is skipped before anything is traced.
     requires: tuple[Any, ...] = ()
+    # What a pipeline may tune: a ``rewrite`` step's ``set_options.<name>`` table is validated
+    # against ``options`` (a pydantic model) and the instance handed to ``configure``, which
+    # returns the set to apply. Options narrow ``check``s; they never re-trace a search, so the
+    # traces stay cached across values.
+    options: Any = None
+    configure: Callable[[PatternSet, Any], PatternSet] | None = None
+
+    def configured(self, values: dict[str, Any] | None) -> PatternSet:
+        """This set as ``values`` (a ``set_options`` table) configure it; pydantic's
+        ValidationError for values its ``options`` refuse, ValueError for a set without options."""
+        if self.options is None or self.configure is None:
+            if values:
+                raise ValueError(f"pattern set {self.name!r} takes no options")
+            return self
+        return self.configure(self, self.options.model_validate(values or {}))
 
     def __add__(self, other: PatternSet) -> PatternSet:
         requires = self.requires + other.requires if self.requires and other.requires else ()

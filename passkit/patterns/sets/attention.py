@@ -18,6 +18,13 @@ eager's masks, a change a user can see beyond float rounding. A dropout that dra
 (``p = 0``, ``training=False``, ``eval()``) leaves no op in the graph, and its form is matched as
 the plain one. tests/patterns/sets/test_set_attention_dropout.py shows both.
 
+Option ``cpu_min_score_bytes`` (``set_options.attention`` on the ``rewrite`` step; default 0:
+rewrite everywhere) leaves attention on the CPU alone where its B·H·S·L score matrix is smaller:
+there the flash kernel's per-block work costs more than the explicit math once Inductor fuses
+the softmax (the shipped ``training`` pipeline sets it; figures there). Other devices are
+always rewritten. A symbolic size counts as its hint: the choice is about speed only, so it adds
+no guard.
+
 The replacement is one ``scaled_dot_product_attention`` node: before ``joint`` autograd
 differentiates it with its fused backward, which saves no S×S probabilities. The patterns'
 ``keep`` names SDPA and the kernels it dispatches to, so ``joint`` (which lowers through the
@@ -26,10 +33,14 @@ differentiates it with its fused backward, which saves no S×S probabilities. Th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
+import pydantic
 import torch
+
+from passkit import _torch
 
 from passkit.patterns.constants import constant_value
 from passkit.patterns.model import Pattern, PatternSet
@@ -161,6 +172,43 @@ class _BuildView:
         return self.builder.val(self.bindings[name])
 
 
+class AttentionOptions(pydantic.BaseModel):
+    """``set_options.attention``: where on the CPU the rewrite pays."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    cpu_min_score_bytes: int = pydantic.Field(default=0, ge=0)
+
+
+def _score_bytes(match: Any) -> int:
+    """Bytes of the B·H·S·L score matrix the explicit math would build."""
+    q, k = match.val("q"), match.val("k")
+    elements = 1
+    for size in (*q.shape[:-1], k.shape[-2]):
+        elements *= size if isinstance(size, int) else _torch.size_hint(size)
+    return elements * q.element_size()
+
+
+def _configure(attention: PatternSet, options: AttentionOptions) -> PatternSet:
+    if options.cpu_min_score_bytes == 0:
+        return attention
+
+    limit = options.cpu_min_score_bytes
+
+    def gated(check: Any) -> Any:
+        def check_size(match: Any) -> bool | str:
+            verdict = check(match)
+            if not verdict or isinstance(verdict, str) or match.val("q").device.type != "cpu":
+                return verdict
+            size = _score_bytes(match)
+            return True if size >= limit else f"scores of {size} B under cpu_min_score_bytes = {limit}"
+
+        return check_size
+
+    patterns = tuple(dataclasses.replace(p, check=gated(p.check)) for p in attention.patterns)
+    return dataclasses.replace(attention, patterns=patterns)
+
+
 def attention_set() -> PatternSet:
     patterns = tuple(
         _make_pattern(scale_how, mask_how)
@@ -169,5 +217,5 @@ def attention_set() -> PatternSet:
     )
     return PatternSet(
         "attention", patterns, "explicit attention math -> aten.scaled_dot_product_attention",
-        requires=(aten._softmax, aten.softmax),
+        requires=(aten._softmax, aten.softmax), options=AttentionOptions, configure=_configure,
     )
