@@ -2,8 +2,9 @@
 ``sys.path`` because this conftest is here, so tests in sub-folders can import them too.
 
 Every test starts from the same process state: no inherited ``PASSKIT_*`` variables, a fresh
-process-wide plugin manager, no default ``torch.compile`` backend left by another test, the
-same working directory and torch's RNG state as before it ran, and an empty compile cache.
+process-wide plugin manager, no default ``torch.compile`` backend left by another test, no
+Dynamo state (compiled frames, sizes seen) from another test, the same working directory and
+torch's RNG state as before it ran, and an empty compile cache.
 """
 
 from __future__ import annotations
@@ -31,5 +32,9 @@ def _isolated_process_state(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: p
     yield
     plugins.reset()
     api._DEFAULT.clear()
+    # Dynamo remembers, per code object, which sizes changed between calls, and compiles the next
+    # frame of that code (any nn.Sequential's forward) with dynamic sizes: another test's shapes
+    # would change this test's graphs, and with them its compile-cache keys.
+    torch._dynamo.reset()
     torch.set_rng_state(rng)
     os.chdir(cwd)
