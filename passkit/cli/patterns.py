@@ -12,7 +12,8 @@ __all__ = ["command"]
 @click.command("patterns")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 def command(as_json: bool) -> None:
-    """List the registered pattern sets: name, patterns, plugin and description."""
+    """List the registered pattern sets: name, patterns, options (``set_options.<name>`` on a
+    ``rewrite`` step, with their defaults), plugin and description."""
     from passkit.passes.rewrite import resolve_pattern_set
     from passkit.registry import get_registry
 
@@ -23,12 +24,14 @@ def command(as_json: bool) -> None:
             resolved = resolve_pattern_set(name, registry)
             patterns = [{"name": p.name, "benefit": p.benefit, "fingerprint": p.fingerprint()} for p in resolved.patterns]
             description = resolved.description
+            options = resolved.options().model_dump() if resolved.options is not None else {}
         except Exception as exc:  # a broken set should not hide the others; show why it is broken
-            patterns, description = [], f"invalid: {type(exc).__name__}: {exc}"
+            patterns, options, description = [], {}, f"invalid: {type(exc).__name__}: {exc}"
         rows.append(
             {
                 "name": name,
                 "patterns": patterns,
+                "options": options,
                 "plugin": registry.providers.get(f"pattern set:{name}", ""),
                 "description": description,
             }
@@ -41,8 +44,12 @@ def command(as_json: bool) -> None:
         return
     terminal.out(
         terminal.table(
-            ("name", "patterns", "plugin", "description"),
-            ((r["name"], str(len(r["patterns"])), r["plugin"], r["description"]) for r in rows),
+            ("name", "patterns", "options", "plugin", "description"),
+            ((r["name"], str(len(r["patterns"])), _options(r["options"]), r["plugin"], r["description"]) for r in rows),
         )
     )
 
+
+
+def _options(options: dict) -> str:
+    return ", ".join(f"{key} = {value}" for key, value in options.items())

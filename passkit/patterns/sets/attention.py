@@ -41,7 +41,6 @@ import pydantic
 import torch
 
 from passkit import _torch
-
 from passkit.patterns.constants import constant_value
 from passkit.patterns.model import Pattern, PatternSet
 from passkit.patterns.trace import from_trace
@@ -190,10 +189,9 @@ def _score_bytes(match: Any) -> int:
 
 
 def _configure(attention: PatternSet, options: AttentionOptions) -> PatternSet:
-    if options.cpu_min_score_bytes == 0:
-        return attention
-
     limit = options.cpu_min_score_bytes
+    if limit == 0:
+        return attention
 
     def gated(check: Any) -> Any:
         def check_size(match: Any) -> bool | str:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import torch
+from click.testing import CliRunner
 
 import passkit
+from passkit.cli import main
 from passkit.errors import PipelineError
 from passkit.examples import transformer
 from tiny_programs import assert_loss_and_grads_match
@@ -115,3 +118,12 @@ def test_bad_set_options_fail_in_one_line_when_the_file_loads(tmp_path, case: st
     with pytest.raises(PipelineError) as info:
         passkit.load_pipeline(path)
     assert str(info.value) == f"{path}: {message}"
+
+
+def test_passkit_patterns_lists_each_sets_options_with_their_defaults() -> None:
+    listed = CliRunner().invoke(main, ["patterns", "--json"])
+    assert listed.exit_code == 0, listed.stderr
+    options = {row["name"]: row["options"] for row in json.loads(listed.stdout)}
+    assert options["attention"] == {"cpu_min_score_bytes": 0} and options["noops"] == {}
+    table = CliRunner().invoke(main, ["patterns"])
+    assert "cpu_min_score_bytes = 0" in next(line for line in table.stdout.splitlines() if line.startswith("attention "))
