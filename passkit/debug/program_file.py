@@ -60,10 +60,12 @@ class TensorMeta:
 
     @classmethod
     def of(cls, value: torch.Tensor) -> TensorMeta:
-        try:
-            shape, stride = tuple(int(d) for d in value.shape), tuple(int(s) for s in value.stride())
-        except Exception as exc:  # symbolic sizes
-            raise Unportable(f"a tensor has symbolic sizes ({exc})") from None
+        sizes = (*value.shape, *value.stride())
+        # int() on a SymInt would guard it to this call's value: a reproducer written for a
+        # failing step must not specialize the user's dynamic shapes.
+        if any(isinstance(size, torch.SymInt) for size in sizes):
+            raise Unportable("a tensor has symbolic sizes")
+        shape, stride = tuple(int(d) for d in value.shape), tuple(int(s) for s in value.stride())
         return cls(shape, stride, value.dtype, str(value.device), bool(value.requires_grad))
 
     def fake(self, mode: Any) -> torch.Tensor:

@@ -36,7 +36,9 @@ class GraphBuilder:
         self.created.append(node)
         node.meta.update(self.meta)
         vals_args, vals_kwargs = _torch.pytree.tree_map(_val, (tuple(args), dict(kwargs)))
-        mode = _torch.fake_mode_of(_torch.pytree.tree_leaves((vals_args, vals_kwargs)))
+        # A factory (``ones``, ``full``) reads no tensor: its value is made in the graph's fake
+        # mode all the same, so later ops never mix real and fake tensors.
+        mode = _torch.fake_mode_of(_torch.pytree.tree_leaves((vals_args, vals_kwargs))) or self._graph_fake_mode()
         with mode if mode is not None else torch.no_grad():
             node.meta["val"] = target(*vals_args, **vals_kwargs)
         return node
@@ -44,6 +46,9 @@ class GraphBuilder:
     def val(self, node: Any) -> Any:
         """The fake value of a node (or the literal itself)."""
         return _val(node)
+
+    def _graph_fake_mode(self) -> Any:
+        return _torch.fake_mode_of([n.meta.get("val") for n in self.graph.nodes if n.op == "placeholder"])
 
 
 def _val(value: Any) -> Any:

@@ -155,3 +155,17 @@ def test_the_fallback_warning_points_at_the_users_call_through_dynamo(tmp_path, 
         "faulty.toml: steps[0] (test.fault.mutate_then_raise) failed at node output (output): ValueError: half-way "
         "(after: functionalize, decompose, attention, joint) (reproducer: passkit-repro/05-test.fault.mutate_then_raise)"
     ]
+
+
+def test_a_failing_step_on_dynamic_shapes_reports_its_own_error_not_a_guard_violation(tmp_path, faulty) -> None:
+    """The reproducer cannot hold symbolic sizes; saying so must not guard the user's dynamic
+    batch to this call's size (Dynamo then failed with a constraint violation and hid the error)."""
+    compiled = torch.compile(fn, backend="passkit", options={"pipeline": _pipeline(tmp_path, "test.fault.raise", "raise")})
+    x, w = _inputs()
+    torch._dynamo.mark_dynamic(x, 0)
+    with pytest.raises(passkit.PassError) as caught:
+        compiled(x, w)
+    assert str(caught.value) == (
+        "faulty.toml: steps[0] (test.fault.raise) failed: RuntimeError: boom (after: functionalize, decompose, attention, joint) "
+        "(reproducer: not written: Unportable: a tensor has symbolic sizes)"
+    )

@@ -25,6 +25,15 @@ the softmax (the shipped ``training`` pipeline sets it; figures there). Other de
 always rewritten. A symbolic size counts as its hint: the choice is about speed only, so it adds
 no guard.
 
+Option ``cpu_causal_blocks`` (default 0: off) computes causal attention on the CPU that the
+rewrite takes (past the size gate) as explicit math in that many blocks of query rows instead of
+SDPA: block i multiplies its rows by the keys up to its last row only, so the product, the
+softmax and their backward do (n + 1) / 2n of the full math's work (5/8 at 4 blocks), where the
+CPU flash kernel runs its small per-block products at a fraction of the matmul rate. Each block
+is the ops the math would be (``bmm``, ``masked_fill``, ``_softmax``), so Inductor fuses them as
+it fuses the math; the blocks save their probabilities (5/8 of the S×S matrix at 4 blocks) where
+SDPA saves none. Rows are exact: a key past a row's position is masked in the full math too.
+
 The replacement is one ``scaled_dot_product_attention`` node: before ``joint`` autograd
 differentiates it with its fused backward, which saves no S×S probabilities. The patterns'
 ``keep`` names SDPA and the kernels it dispatches to, so ``joint`` (which lowers through the
@@ -141,10 +150,29 @@ def _make_pattern(scale_how: str, mask_how: str) -> Pattern:
             return False
         return _scale_of(match.bindings, scale_how, vals[0].shape[-1]) is not None and _mask_plan(match) is not None
 
-    def build(b: Any, q: Any, k: Any, v: Any, **bindings: Any) -> Any:
+    return from_trace(
+        search, (q, k, v, scale, mask), build=_Replacement(scale_how), name=f"{scale_how}_{mask_how}",
+        # A masked form is worth more than the unmasked one it contains.
+        benefit=3 if mask_how != "none" else 2, check=check,
+        description=f"softmax(q @ kᵀ ({scale_how}) {mask_how}) @ v -> scaled_dot_product_attention",
+        keep=_KEEP,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Replacement:
+    """A match's replacement: one SDPA node, or causal CPU attention in ``cpu_causal_blocks``
+    blocks of query rows. A frozen dataclass, so the set's fingerprint names its settings."""
+
+    scale_how: str
+    cpu_causal_blocks: int = 0
+
+    def __call__(self, b: Any, q: Any, k: Any, v: Any, **bindings: Any) -> Any:
         match = _BuildView(b, dict(q=q, k=k, v=v, **bindings))
-        scale = _scale_of(match.bindings, scale_how, b.val(q).shape[-1])
+        scale = _scale_of(match.bindings, self.scale_how, b.val(q).shape[-1])
         kind, mask = _mask_plan(match)
+        if kind == "causal" and self.cpu_causal_blocks and _blockable(b.val(q), b.val(v)):
+            return _causal_blocks(b, q, k, v, scale, self.cpu_causal_blocks)
         if kind == "bool":
             mask = b.call(aten.logical_not.default, mask)
         return b.call(
@@ -152,13 +180,43 @@ def _make_pattern(scale_how: str, mask_how: str) -> Pattern:
             0.0, kind == "causal", scale=scale,
         )
 
-    return from_trace(
-        search, (q, k, v, scale, mask), build=build, name=f"{scale_how}_{mask_how}",
-        # A masked form is worth more than the unmasked one it contains.
-        benefit=3 if mask_how != "none" else 2, check=check,
-        description=f"softmax(q @ kᵀ ({scale_how}) {mask_how}) @ v -> scaled_dot_product_attention",
-        keep=_KEEP,
+
+def _blockable(q: torch.Tensor, v: torch.Tensor) -> bool:
+    """CPU attention whose heads, rows and widths are fixed sizes (a symbolic batch is fine: the
+    blocks' views name it as -1)."""
+    return q.device.type == "cpu" and all(isinstance(size, int) for size in (*q.shape[1:], v.shape[-1]))
+
+
+def _causal_blocks(b: Any, q: Any, k: Any, v: Any, scale: float, blocks: int) -> Any:
+    """``softmax(q @ kᵀ · scale + causal mask) @ v``, block by block of query rows, each block
+    against the keys up to its last row; the blocks' outputs concatenated along the rows.
+
+    q, k and v are made contiguous once, as (B·H, S, E), so each block's operands are views of
+    them that ``bmm`` reads in place: no copy per block, and no kernel per block to compile.
+    """
+    heads, rows = b.val(q).shape[1:3]
+    device, dtype = b.val(q).device, b.val(q).dtype
+    q3, k3, v3 = (
+        b.call(aten._unsafe_view.default, b.call(aten.clone.default, t, memory_format=torch.contiguous_format),
+               [-1, *b.val(t).shape[2:]])
+        for t in (q, k, v)
     )
+    hidden = b.call(aten.full.default, [], float("-inf"), dtype=dtype, device=device, pin_memory=False)
+    size = -(-rows // blocks)
+    outputs = []
+    for start in range(0, rows, size):
+        stop = min(start + size, rows)
+        q_rows = b.call(aten.slice.Tensor, q3, 1, start, stop)
+        k_seen, v_seen = (b.call(aten.slice.Tensor, t, 1, 0, stop) for t in (k3, v3))
+        scores = b.call(aten.bmm.default, q_rows, b.call(aten.transpose.int, k_seen, 1, 2))
+        scores = b.call(aten.mul.Tensor, scores, scale)
+        ones = b.call(aten.ones.default, [stop - start, stop], dtype=torch.bool, device=device, pin_memory=False)
+        # ``where``, not ``masked_fill``: a block is a causal attention of its own, and the set's
+        # masked forms would take it again.
+        scores = b.call(aten.where.self, b.call(aten.tril.default, ones, start), scores, hidden)
+        outputs.append(b.call(aten.bmm.default, b.call(aten._softmax.default, scores, -1, False), v_seen))
+    attended = b.call(aten.cat.default, outputs, 1)
+    return b.call(aten._unsafe_view.default, attended, [-1, heads, rows, b.val(v).shape[-1]])
 
 
 class _BuildView:
@@ -177,6 +235,7 @@ class AttentionOptions(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
     cpu_min_score_bytes: int = pydantic.Field(default=0, ge=0)
+    cpu_causal_blocks: int = pydantic.Field(default=0, ge=0, le=64)
 
 
 def _score_bytes(match: Any) -> int:
@@ -189,6 +248,11 @@ def _score_bytes(match: Any) -> int:
 
 
 def _configure(attention: PatternSet, options: AttentionOptions) -> PatternSet:
+    if options.cpu_causal_blocks:
+        attention = dataclasses.replace(attention, patterns=tuple(
+            dataclasses.replace(p, build=dataclasses.replace(p.build, cpu_causal_blocks=options.cpu_causal_blocks))
+            for p in attention.patterns
+        ))
     limit = options.cpu_min_score_bytes
     if limit == 0:
         return attention

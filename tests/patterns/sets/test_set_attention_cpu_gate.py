@@ -124,6 +124,6 @@ def test_passkit_patterns_lists_each_sets_options_with_their_defaults() -> None:
     listed = CliRunner().invoke(main, ["patterns", "--json"])
     assert listed.exit_code == 0, listed.stderr
     options = {row["name"]: row["options"] for row in json.loads(listed.stdout)}
-    assert options["attention"] == {"cpu_min_score_bytes": 0} and options["noops"] == {}
+    assert options["attention"] == {"cpu_min_score_bytes": 0, "cpu_causal_blocks": 0} and options["noops"] == {}
     table = CliRunner().invoke(main, ["patterns"])
     assert "cpu_min_score_bytes = 0" in next(line for line in table.stdout.splitlines() if line.startswith("attention "))
