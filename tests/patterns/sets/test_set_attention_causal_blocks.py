@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ def _pipeline(tmp_path, body: str, base: str = "training-python") -> str:
     return str(path)
 
 
-def _blocks(tmp_path, blocks: int) -> str:
+def _in_blocks(tmp_path, blocks: int) -> str:
     return _pipeline(tmp_path, f"set_options.attention.cpu_causal_blocks = {blocks}")
 
 
@@ -37,27 +38,33 @@ def _attention_graph(tmp_path, model: torch.nn.Module, x: torch.Tensor, pipeline
     return stats, graph.read_text()
 
 
+def _blocks(graph: str) -> list[tuple[int, int, int]]:
+    """(first row, end row, keys read) of each block, from the slices of the user's mask."""
+    rows = re.findall(r"aten\.slice\.Tensor\(bitwise_not\w*, 0, (\d+), (\d+)\)", graph)
+    keys = re.findall(r"aten\.slice\.Tensor\(slice_tensor_\d+, 1, 0, (\d+)\)", graph)
+    return [(int(a), int(b), int(k)) for (a, b), k in zip(rows, keys, strict=True)]
+
+
 def test_causal_attention_becomes_blocks_of_math_that_train_like_eager(tmp_path) -> None:
     model, _ = transformer.block()
-    stats, graph = _attention_graph(tmp_path, model, torch.randn(2, 128, 64), _blocks(tmp_path, 4))
+    stats, graph = _attention_graph(tmp_path, model, torch.randn(2, 128, 64), _in_blocks(tmp_path, 4))
     assert stats["applied"] == {"attention:div_masked_fill": 1}
     assert "scaled_dot_product" not in graph
     # Four blocks of 32 query rows, each against the keys up to its last row: 2 bmm a block.
     assert graph.count("torch.ops.aten.bmm.default(") == 8
-    for stop in (32, 64, 96, 128):
-        assert f"torch.ops.aten.ones.default([32, {stop}]" in graph
+    assert _blocks(graph) == [(0, 32, 32), (32, 64, 64), (64, 96, 96), (96, 128, 128)]
 
 
 def test_rows_that_do_not_divide_make_a_smaller_last_block(tmp_path) -> None:
     model, _ = transformer.block()
-    _, graph = _attention_graph(tmp_path, model, torch.randn(2, 30, 64), _blocks(tmp_path, 4))
+    _, graph = _attention_graph(tmp_path, model, torch.randn(2, 30, 64), _in_blocks(tmp_path, 4))
     # ceil(30 / 4) = 8 rows a block: 8, 8, 8 and 6.
-    assert [f"ones.default([{r}, {c}]" in graph for r, c in ((8, 8), (8, 16), (8, 24), (6, 30))] == [True] * 4
+    assert _blocks(graph) == [(0, 8, 8), (8, 16, 16), (16, 24, 24), (24, 30, 30)]
 
 
 def test_one_block_is_the_plain_math(tmp_path) -> None:
     model, _ = transformer.block()
-    _, graph = _attention_graph(tmp_path, model, torch.randn(2, 16, 64), _blocks(tmp_path, 1))
+    _, graph = _attention_graph(tmp_path, model, torch.randn(2, 16, 64), _in_blocks(tmp_path, 1))
     assert graph.count("torch.ops.aten.bmm.default(") == 2 and "scaled_dot_product" not in graph
 
 
@@ -70,7 +77,7 @@ def _masked_attention(q, k, v):
 def test_a_mask_that_is_not_causal_still_becomes_sdpa(tmp_path) -> None:
     q, k, v = (torch.randn(2, 4, 8, 16) for _ in range(3))
     dump = tmp_path / "dump"
-    compiled = passkit.aot_function(_masked_attention, pipeline=_blocks(tmp_path, 4), dump="all", dump_dir=str(dump))
+    compiled = passkit.aot_function(_masked_attention, pipeline=_in_blocks(tmp_path, 4), dump="all", dump_dir=str(dump))
     torch.testing.assert_close(compiled(q, k, v), _masked_attention(q, k, v))
     (graph,) = dump.glob("*/*-attention-main.py")
     assert "scaled_dot_product_attention" in graph.read_text()
@@ -89,7 +96,7 @@ def _causal_attention(q, k, v):
 
 
 def test_a_dynamic_batch_runs_in_blocks_and_reuses_the_graph(tmp_path) -> None:
-    options = {"pipeline": _blocks(tmp_path, 2)}
+    options = {"pipeline": _in_blocks(tmp_path, 2)}
     compiled = torch.compile(_causal_attention, backend="passkit", options=options)
     before = len(passkit.reports())
     for batch in (2, 3):
@@ -109,7 +116,7 @@ def test_the_default_pipeline_runs_long_causal_attention_in_two_blocks(tmp_path)
     model, _ = transformer.block()
     stats, graph = _attention_graph(tmp_path, model, torch.randn(2, 128, 64), str(path))
     assert stats["applied"] == {"attention:div_masked_fill": 1} and graph.count("torch.ops.aten.bmm.default(") == 4
-    assert "torch.ops.aten.ones.default([64, 128]" in graph
+    assert _blocks(graph) == [(0, 64, 64), (64, 128, 128)]
 
 
 @pytest.mark.parametrize(
@@ -125,3 +132,21 @@ def test_a_bad_block_count_fails_in_one_line_when_the_file_loads(tmp_path, value
     with pytest.raises(PipelineError) as info:
         passkit.load_pipeline(path)
     assert str(info.value) == f"{path}: override.attention: set_options.attention.cpu_causal_blocks: {message}"
+
+
+def _causal_attention_4d_mask(q, k, v):
+    mask = torch.ones(1, 1, q.shape[-2], q.shape[-2], dtype=torch.bool).tril()  # HF-style (1, 1, S, S)
+    return (q @ k.transpose(-2, -1) * 0.25).masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
+
+
+def test_a_causal_mask_with_batch_and_head_dimensions_is_cut_to_its_matrix(tmp_path) -> None:
+    q, k, v = (torch.randn(2, 4, 12, 16, requires_grad=True) for _ in range(3))
+    dump = tmp_path / "dump"
+    compiled = passkit.aot_function(_causal_attention_4d_mask, pipeline=_in_blocks(tmp_path, 3), dump="all", dump_dir=str(dump))
+    out = compiled(q, k, v)
+    expected = _causal_attention_4d_mask(q, k, v)
+    torch.testing.assert_close(out, expected)
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    torch.testing.assert_close(grads, torch.autograd.grad(expected.sum(), (q, k, v)))
+    (graph,) = dump.glob("*/*-attention-main.py")
+    assert graph.read_text().count("torch.ops.aten.bmm.default(") == 6  # 3 blocks of 4 rows
