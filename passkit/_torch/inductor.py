@@ -4,8 +4,10 @@ tables, ``compile_fx_inner`` and the boxed callable it returns.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import threading
 from typing import Any, Callable, Sequence
 
 import torch
@@ -22,6 +24,7 @@ __all__ = [
     "hide_bernoulli_fills",
     "inductor_callable",
     "inductor_compile",
+    "kernels_compiled_together",
     "inductor_decompositions",
     "inductor_device_index",
     "inductor_joint_graph_passes",
@@ -102,6 +105,35 @@ def inductor_compile(
                 boxed_forward_device_index=device_index,
             )
     return compiled, (list(strides) if strides is not None else None)
+
+
+@contextlib.contextmanager
+def kernels_compiled_together() -> Any:
+    """Inside, a graph compiled on this thread does not wait for its kernels: they go on
+    compiling in Inductor's worker processes while Python lowers the next graph (a training
+    step's backward), and leaving waits for all of them. Inductor alone waits after each graph,
+    so its workers sit idle while it lowers the backward; here that time overlaps.
+
+    The compiled callables must not run before the block is left (their kernels are bound then).
+    """
+    from torch._inductor.async_compile import AsyncCompile
+
+    owner, pending = threading.get_ident(), []
+    wait = AsyncCompile.wait
+
+    def wait_later(self: Any, scope: dict[str, Any]) -> None:
+        if threading.get_ident() != owner:
+            return wait(self, scope)
+        pending.append((self, scope))
+        return None
+
+    AsyncCompile.wait = wait_later  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        AsyncCompile.wait = wait  # type: ignore[method-assign]
+    for compiler, scope in pending:
+        wait(compiler, scope)
 
 
 @dataclasses.dataclass

@@ -296,6 +296,16 @@ def _with_source(fn: Callable[..., Any], source: str | None) -> Callable[..., An
 
 
 def _compile_training(program: Program, options: InductorOptions) -> None:
+    try:
+        with _torch.kernels_compiled_together():
+            _compile_forward_and_backward(program, options)
+    except PassError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a kernel that fails to build, found once both graphs are lowered
+        raise PassError(inductor_fallback_message("forward or backward", program.training, exc)) from exc
+
+
+def _compile_forward_and_backward(program: Program, options: InductorOptions) -> None:
     graph_id, device_index, pair = next(_graph_ids), _torch.inductor_device_index(), cache_form.new_pair()
     fw_io, bw_io = program.io("forward"), program.io("backward")
     written = _mutations_to_write(program, "forward")

@@ -136,6 +136,24 @@ def test_a_missing_cxx_compiler_names_the_fallback_pipeline(tmp_path, monkeypatc
     )
 
 
+def test_a_kernel_that_fails_to_build_after_both_graphs_are_lowered_is_one_line(tmp_path, monkeypatch) -> None:
+    """Kernels build while the backward lowers and are waited for once both graphs are lowered;
+    a build failing there is the same one-line error naming the fallback pipeline."""
+    from torch._inductor.async_compile import AsyncCompile
+
+    def fails(self, scope):
+        raise RuntimeError("C++ compile error\n/tmp/kernel.cpp:3: error: ...")
+
+    monkeypatch.setattr(AsyncCompile, "wait", fails)
+    compiled = passkit.aot_function(lambda x: (x * 3).cos() + 1.25, pipeline="training", repro_dir=str(tmp_path / "repro"))
+    with pytest.raises(passkit.PassError) as info:
+        compiled(torch.randn(5, 7, requires_grad=True))
+    message = str(info.value)
+    assert "\n" not in message
+    assert "PassError: Inductor cannot compile the 'forward or backward' graph (RuntimeError: C++ compile error); " \
+        "use the 'training-python' pipeline, which needs no C++ compiler (after: " in message
+
+
 def test_options_are_validated(tmp_path) -> None:
     path = tmp_path / "fast.toml"
     path.write_text('[pipeline]\nname = "fast"\nextends = "training"\n\n[override."codegen.inductor"]\nmode = "fast"\n')
