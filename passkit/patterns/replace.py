@@ -10,6 +10,7 @@ what they replace is refused, and nothing is changed.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -48,7 +49,9 @@ class GraphBuilder:
         return _val(node)
 
     def _graph_fake_mode(self) -> Any:
-        return _torch.fake_mode_of([n.meta.get("val") for n in self.graph.nodes if n.op == "placeholder"])
+        # Placeholders lead an FX graph: read them, not the whole graph, once per factory made.
+        inputs = itertools.takewhile(lambda n: n.op == "placeholder", self.graph.nodes)
+        return _torch.fake_mode_of([n.meta.get("val") for n in inputs])
 
 
 def _val(value: Any) -> Any:
