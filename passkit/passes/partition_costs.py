@@ -16,8 +16,11 @@ Run time comes from one of two estimators:
 Views, ``getitem`` and other aliasing ops cost nothing to recompute under both estimators. With
 ``fused_pointwise`` (a code generator that fuses, such as ``codegen.inductor``), pointwise ops cost
 nothing either: recomputed in the backward they fuse into the kernel that reads their inputs,
-which the backward reads in place of their output. Not when a matmul, convolution or attention
-reads them: a library kernel needs its input written out, so recomputing costs a kernel's time.
+which the backward reads in place of their output. So do factories that read no tensor
+(``arange``, ``full``, ``iota``): the generator computes their values from indices inside the
+kernel that reads them. Not when a matmul, convolution or attention reads them: a library kernel
+needs its input written out, so recomputing costs a kernel's time. (Random ops never reach an
+estimator: the min-cut's rules save them.)
 """
 
 from __future__ import annotations
@@ -104,6 +107,13 @@ def is_pointwise(node: Node) -> bool:
     return node.op == "call_function" and torch.Tag.pointwise in getattr(node.target, "tags", ())
 
 
+def reads_no_tensor(node: Node) -> bool:
+    """A factory (``arange``, ``full``, ``iota``, ...): its value comes from its arguments alone."""
+    return node.op == "call_function" and not any(
+        isinstance(arg.meta.get("val"), torch.Tensor) for arg in node.all_input_nodes
+    )
+
+
 def feeds_a_library_kernel(node: Node) -> bool:
     """Whether a matmul, convolution or attention (an op with a FLOP formula, which code
     generators call as a library kernel rather than fuse) reads ``node``'s value: recomputed,
@@ -140,7 +150,8 @@ class Estimator:
     fused_pointwise: bool = False
 
     def __call__(self, node: Node) -> float:
-        if is_free(node) or (self.fused_pointwise and is_pointwise(node) and not feeds_a_library_kernel(node)):
+        fusible = is_pointwise(node) or reads_no_tensor(node)
+        if is_free(node) or (self.fused_pointwise and fusible and not feeds_a_library_kernel(node)):
             return 0.0
         return self.seconds(node)
 

@@ -80,6 +80,27 @@ def test_fused_pointwise_recomputes_pointwise_chains_at_no_cost_and_saves_less()
     assert limited.stats["recompute_ms"] > 0 and "aten.mm.default" in limited.stats["recomputed"]["memory_budget"]
 
 
+def _positional_mask(x, w):
+    # A causal mask from positions, as the attention set's row blocks build it: the backward of
+    # ``where`` needs the mask again.
+    rows = torch.arange(x.shape[0]).unsqueeze(1)
+    hidden = torch.arange(x.shape[1]) > rows
+    return torch.where(hidden, 0.0, (x @ w).sin()).exp().sum()
+
+
+def test_fused_pointwise_recomputes_a_factory_inside_the_backward_and_never_saves_it() -> None:
+    inputs = [torch.randn(64, 64), torch.randn(64, 64, requires_grad=True)]
+    plain = _partition(min_cut, _positional_mask, inputs)
+    fused = _partition(min_cut, _positional_mask, inputs, fused_pointwise=True)
+    # Unfused, the positions (512 B) are the cheapest value to keep; fused, computing them in
+    # the kernel that reads them costs nothing, so no mask or position is written out for the
+    # backward, and no kernel is built to write it.
+    assert "aten.arange.default" not in plain.stats["recomputed"].get("free", {})
+    assert {"aten.arange.default", "aten.gt.Tensor"} <= set(fused.stats["recomputed"]["free"])
+    assert fused.stats["recompute_ms"] == 0.0
+    assert fused.stats["saved_bytes"] < plain.stats["saved_bytes"]
+
+
 def test_a_budget_allows_the_same_bytes_with_fused_pointwise_and_buys_a_faster_plan() -> None:
     # The scale ends at the fastest unfused plan, so `training` and `training-python` read a
     # budget as the same bytes; free pointwise recomputation then makes the plan under it faster.

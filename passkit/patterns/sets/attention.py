@@ -31,8 +31,9 @@ SDPA: block i multiplies its rows by the keys up to its last row only, so the pr
 softmax and their backward do (n + 1) / 2n of the full math's work (5/8 at 4 blocks), where the
 CPU flash kernel runs its small per-block products at a fraction of the matmul rate. Each block
 is the ops the math would be (``bmm``, ``where``, ``_softmax``) on views of q, k, v made
-contiguous once and of the user's own mask, so Inductor fuses them as it fuses the math and
-compiles one kernel a block for every layer; the blocks save their probabilities (5/8 of the
+contiguous once, with the causal mask from positions (``arange``), so Inductor fuses them as it
+fuses the math, computes the mask inside the softmax kernels, and compiles one kernel a block
+for every layer; the blocks save their probabilities (5/8 of the
 S×S matrix at 4 blocks) where SDPA saves none. Rows are exact: a key past a row's position is
 masked in the full math too.
 
@@ -174,7 +175,7 @@ class _Replacement:
         scale = _scale_of(match.bindings, self.scale_how, b.val(q).shape[-1])
         kind, mask = _mask_plan(match)
         if kind == "causal" and self.cpu_causal_blocks and _blockable(b.val(q), b.val(v)):
-            return _causal_blocks(b, q, k, v, bindings["mask"], scale, self.cpu_causal_blocks)
+            return _causal_blocks(b, q, k, v, scale, self.cpu_causal_blocks)
         if kind == "bool":
             mask = b.call(aten.logical_not.default, mask)
         return b.call(
@@ -189,7 +190,7 @@ def _blockable(q: torch.Tensor, v: torch.Tensor) -> bool:
     return q.device.type == "cpu" and all(isinstance(size, int) for size in (*q.shape[1:], v.shape[-1]))
 
 
-def _causal_blocks(b: Any, q: Any, k: Any, v: Any, hidden_keys: Any, scale: float, blocks: int) -> Any:
+def _causal_blocks(b: Any, q: Any, k: Any, v: Any, scale: float, blocks: int) -> Any:
     """``softmax(q @ kᵀ · scale + causal mask) @ v``, block by block of query rows, each block
     against the keys up to its last row; the blocks' outputs concatenated along the rows.
 
@@ -204,8 +205,6 @@ def _causal_blocks(b: Any, q: Any, k: Any, v: Any, hidden_keys: Any, scale: floa
         for t in (q, k, v)
     )
     hidden = b.call(aten.full.default, [], float("-inf"), dtype=dtype, device=device, pin_memory=False)
-    while b.val(hidden_keys).dim() > 2:  # a causal mask is the same (S, S) matrix in every batch and head
-        hidden_keys = b.call(aten.select.int, hidden_keys, 0, 0)
     size = -(-rows // blocks)
     outputs = []
     for start in range(0, rows, size):
@@ -214,14 +213,25 @@ def _causal_blocks(b: Any, q: Any, k: Any, v: Any, hidden_keys: Any, scale: floa
         k_seen, v_seen = (b.call(aten.slice.Tensor, t, 1, 0, stop) for t in (k3, v3))
         scores = b.call(aten.bmm.default, q_rows, b.call(aten.transpose.int, k_seen, 1, 2))
         scores = b.call(aten.mul.Tensor, scores, scale)
-        # The user's own mask, cut to the block: one mask for every block and every layer.
-        block_hidden = b.call(aten.slice.Tensor, b.call(aten.slice.Tensor, hidden_keys, 0, start, stop), 1, 0, stop)
+        block_hidden = _keys_after_rows(b, start, stop, device)
         # ``where``, not ``masked_fill``: a block is a causal attention of its own, and the set's
         # masked forms would take it again.
         scores = b.call(aten.where.self, block_hidden, hidden, scores)
         outputs.append(b.call(aten.bmm.default, b.call(aten._softmax.default, scores, -1, False), v_seen))
     attended = b.call(aten.cat.default, outputs, 1)
     return b.call(aten._unsafe_view.default, attended, [-1, heads, rows, b.val(v).shape[-1]])
+
+
+def _keys_after_rows(b: Any, start: int, stop: int, device: torch.device) -> Any:
+    """The causal mask of rows ``start:stop`` against keys ``0:stop``, from positions (``arange``),
+    not from the user's mask: Inductor computes it inside the kernels that read it, so no layer
+    needs a mask written out, nor a kernel to write it. Exact, since the set only calls a
+    constant mask causal when it equals this one."""
+    def positions(begin: int) -> Any:
+        return b.call(aten.arange.start, begin, stop, dtype=torch.int64, device=device, pin_memory=False)
+
+    rows = b.call(aten.unsqueeze.default, positions(start), 1)
+    return b.call(aten.gt.Tensor, positions(0), rows)
 
 
 class _BuildView:

@@ -39,10 +39,10 @@ def _attention_graph(tmp_path, model: torch.nn.Module, x: torch.Tensor, pipeline
 
 
 def _blocks(graph: str) -> list[tuple[int, int, int]]:
-    """(first row, end row, keys read) of each block, from the slices of the user's mask."""
-    rows = re.findall(r"aten\.slice\.Tensor\(bitwise_not\w*, 0, (\d+), (\d+)\)", graph)
-    keys = re.findall(r"aten\.slice\.Tensor\(slice_tensor_\d+, 1, 0, (\d+)\)", graph)
-    return [(int(a), int(b), int(k)) for (a, b), k in zip(rows, keys, strict=True)]
+    """(first row, end row, keys read) of each block, from the positions its causal mask compares:
+    the block's rows, then the keys it reads."""
+    ranges = [(int(a), int(b)) for a, b in re.findall(r"aten\.arange\.start\((\d+), (\d+),", graph)]
+    return [(start, stop, keys) for (start, stop), (_, keys) in zip(ranges[::2], ranges[1::2], strict=True)]
 
 
 def test_causal_attention_becomes_blocks_of_math_that_train_like_eager(tmp_path) -> None:
