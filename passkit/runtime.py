@@ -79,20 +79,25 @@ def _with_intermediate_bases(ctx: Any, runtime: CompiledProgram, visible: tuple[
     """
     if not runtime.view_slots:
         return visible
+    ctx.view_geometry = {}
+    views = [
+        k for k in runtime.view_slots
+        # An output marked non-differentiable is marked on the view itself: returned as it is.
+        if k not in runtime.non_differentiable and isinstance(visible[k], torch.Tensor) and visible[k]._is_view()
+    ]
+    if not views:  # the common case, decided without building anything more
+        return (*visible, {})
     inputs = {id(a) for a in args}
     bases: dict[int, tuple[torch.Tensor, Geometry, Geometry]] = {}
-    for k in runtime.view_slots:
+    for k in views:
         value = visible[k]
-        if k in runtime.non_differentiable:
-            continue  # marked on the view itself: returned as it is
-        if isinstance(value, torch.Tensor) and value._is_view() and id(value._base) not in inputs:
+        if id(value._base) not in inputs:
             base = value._base
             geometry = (tuple(value.size()), tuple(value.stride()), value.storage_offset())
             bases[k] = (base, geometry, (tuple(base.size()), tuple(base.stride()), base.storage_offset()))
     shared = {id(b) for b, _, _ in bases.values() if sum(id(o[0]) == id(b) for o in bases.values()) > 1}
     shared |= {id(v) for k, v in enumerate(visible) if k not in bases}
     out = list(visible)
-    ctx.view_geometry = {}
     for k, (base, geometry, base_geometry) in bases.items():
         value = visible[k]
         same_kind = (base.dtype, base.is_conj(), base.is_neg()) == (value.dtype, value.is_conj(), value.is_neg())
