@@ -70,3 +70,22 @@ def test_a_bad_pairs_option_is_a_one_line_error(script, value, message) -> None:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == f"{script}: error: {message}"
+
+
+def test_call_overhead_calls_the_program_dynamo_calls_with_the_inputs_it_passes(monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import call_overhead
+    import torch
+
+    import passkit
+    from passkit.runtime import CompiledProgram
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Tanh())
+    x = torch.randn(3, 8)
+    compiled = passkit.compile(model, pipeline="training-python", cache="off")
+    program, inputs = call_overhead.frame_inputs(compiled, x)
+    assert isinstance(program, CompiledProgram)
+    assert {id(t) for t in inputs} == {id(x), *(id(p) for p in model.parameters())}
+    (direct,) = program(*inputs)
+    torch.testing.assert_close(direct, model(x))
+    assert CompiledProgram.__call__.__name__ == "__call__"  # the spy is gone
