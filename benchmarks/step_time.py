@@ -23,6 +23,11 @@ With few cores, any other busy process makes torch's worker threads wait on each
 times jump several-fold; the machine line prints the load average, and ``--threads 1`` gives
 steadier figures on a shared machine.
 
+``--device cuda --dtype bfloat16`` runs the same comparison on a GPU in bf16 (models and
+floating inputs cast, every step synchronized before its clock stops; Inductor and passkit's
+``training`` emit Triton there). The targets below are set for the CPU: on another device they
+are printed as figures and do not set the exit status.
+
 Workloads: ``mlp``; ``small`` (2-layer block, d=64); ``conv_bn`` (a conv/BatchNorm net);
 ``large`` (2-layer block, d=256, input (8, 128, 256)); ``gpt2`` (Hugging Face GPT-2, random
 weights, small size, attention and dropout at their defaults).
@@ -36,7 +41,7 @@ in ``--pairs`` ``A B B A`` blocks of adjacent steps (more until three seconds ha
 median of those ratios, with the table's ratios printed beside them (``paired.py`` says why).
 
 Run: ``python benchmarks/step_time.py [PIPELINE ...] [--workloads mlp,small,conv_bn,large,gpt2] [--rounds N]
-[--compile-repeats 1] [--threads 2] [--pairs 10] [--json OUT]``.
+[--compile-repeats 1] [--threads 2] [--pairs 10] [--device cpu] [--dtype float32] [--json OUT]``.
 """
 
 from __future__ import annotations
@@ -131,6 +136,8 @@ class Contender:
         out = self.step_fn(self.inputs)
         loss = (out**2).mean()
         loss.backward()
+        if self.inputs.is_cuda:
+            torch.cuda.synchronize()  # a GPU step ends when its kernels have run, not when launched
 
     @property
     def median_s(self) -> float:
@@ -139,6 +146,21 @@ class Contender:
     @property
     def min_s(self) -> float:
         return min(self.times_s)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the contenders run: ``--device`` and ``--dtype``."""
+
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    def model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model.to(device=self.device, dtype=getattr(torch, self.dtype))
+
+    def tensor(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = getattr(torch, self.dtype) if x.is_floating_point() else x.dtype  # token ids stay integers
+        return x.to(device=self.device, dtype=dtype)
 
 
 @dataclass
@@ -150,7 +172,7 @@ class WorkloadResult:
     notes: list[str]
 
 
-def machine() -> dict[str, Any]:
+def machine(placement: Placement) -> dict[str, Any]:
     cpu = platform.processor() or "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -165,6 +187,8 @@ def machine() -> dict[str, Any]:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "device": torch.cuda.get_device_name() if placement.device == "cuda" else "cpu",
+        "dtype": placement.dtype,
     }
 
 
@@ -190,7 +214,8 @@ def cold_kernel_cache() -> Any:
 
 
 def build_contenders(
-    factory: Callable[[], Any], pipelines: list[str], notes: list[str], compile_repeats: int
+    factory: Callable[[], Any], pipelines: list[str], notes: list[str], compile_repeats: int,
+    placement: Placement = Placement(),
 ) -> list[Contender]:
     """Compile every contender ``compile_repeats`` times and keep the last build.
 
@@ -200,7 +225,8 @@ def build_contenders(
     median of three would not compare like with like).
     """
     base, example = factory()
-    (x,) = example
+    base = placement.model(base)
+    x = placement.tensor(example[0])
     builders: list[tuple[str, Callable[[torch.nn.Module], Any]]] = [
         ("eager", lambda m: m),
         ("aot_eager", lambda m: torch.compile(m, backend="aot_eager")),
@@ -240,13 +266,14 @@ def build_contenders(
     return contenders
 
 
-def warm_up(pipelines: list[str]) -> None:
+def warm_up(pipelines: list[str], placement: Placement = Placement()) -> None:
     """Pay first-use costs (imports, registries, decomposition tables) outside every figure.
 
     Otherwise whichever contender compiles first in the process is charged for them.
     """
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU(), torch.nn.Linear(16, 8))
-    x = torch.randn(4, 8)
+    model = placement.model(
+        torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU(), torch.nn.Linear(16, 8)))
+    x = placement.tensor(torch.randn(4, 8))
     compilers = [lambda m: torch.compile(m, backend="aot_eager")]
     compilers += [lambda m, spec=spec: passkit.compile(m, pipeline=spec, cache="off") for spec in pipelines]
     for compile_fn in compilers:
@@ -264,10 +291,11 @@ def time_rounds(contenders: list[Contender], rounds: int) -> None:
             contender.times_s.append(time.perf_counter() - started)
 
 
-def run_workload(name: str, pipelines: list[str], rounds: int, compile_repeats: int, pairs: int = 0) -> WorkloadResult:
+def run_workload(name: str, pipelines: list[str], rounds: int, compile_repeats: int, pairs: int = 0,
+                 placement: Placement = Placement()) -> WorkloadResult:
     notes: list[str] = []
     factory, _ = WORKLOADS[name]
-    contenders = build_contenders(factory, pipelines, notes, compile_repeats)
+    contenders = build_contenders(factory, pipelines, notes, compile_repeats, placement)
     time_rounds(contenders, rounds)
     paired = time_head_to_head({c.name: c for c in contenders}, target_contender(pipelines), pairs)
     figures = {
@@ -392,8 +420,13 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--pairs", type=repetitions, default=10,
                         help="A B B A repetitions for the head-to-head verdicts (two ratios each); 0 judges on the table")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the contenders run")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                        help="the models' and floating inputs' dtype")
     parser.add_argument("--json", type=Path, default=None, help="write the raw figures to this file")
     args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("argument --device: cuda is not available on this machine (torch " + torch.__version__ + ")")
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown:
@@ -412,26 +445,29 @@ def main() -> int:
 
 def run(args: argparse.Namespace, workloads: list[str]) -> int:
     """Measure every workload, print the tables and the targets; 1 if a target fails."""
-    info = machine()
+    placement = Placement(args.device, args.dtype)
+    info = machine(placement)
     print(f"machine: {info['cpu']}; {info['threads']} threads; torch {info['torch']}; python {info['python']}")
+    print(f"device: {info['device']}; dtype: {info['dtype']}")
     if info["load_average_1min"] is not None:
         # With few cores, another busy process makes torch's worker threads wait on each other.
         print(f"load average at start: {info['load_average_1min']:.2f} (above ~0.5 the step times are noisy)")
 
-    warm_up(args.pipelines)
+    warm_up(args.pipelines, placement)
     results: dict[str, WorkloadResult] = {}
     for workload in workloads:
         rounds = args.rounds or WORKLOADS[workload][1]
-        results[workload] = run_workload(workload, args.pipelines, rounds, args.compile_repeats, args.pairs)
+        results[workload] = run_workload(workload, args.pipelines, rounds, args.compile_repeats, args.pairs, placement)
         print_table(results[workload])
 
     rows = evaluate_targets(results, args.pipelines)
-    print("\ntargets")
+    cpu_targets = placement.device == "cpu"
+    print("\ntargets" if cpu_targets else f"\ntargets (set for the CPU: figures on {placement.device}, not verdicts)")
     width = max(len(row[0]) for row in rows)
     failed = False
     for label, passed, figures in rows:
         verdict = "n/a (workload not run)" if passed is None else ("PASS" if passed else "FAIL")
-        failed |= passed is False
+        failed |= passed is False and cpu_targets
         print(f"{label.ljust(width)}  {figures:<28}  {verdict}")
 
     if args.json:

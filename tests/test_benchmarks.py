@@ -72,6 +72,18 @@ def test_a_bad_pairs_option_is_a_one_line_error(script, value, message) -> None:
     assert done.stderr.strip().splitlines()[-1] == f"{script}: error: {message}"
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_step_time_on_cuda_without_a_gpu_is_a_one_line_error() -> None:
+    import torch
+
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "step_time.py"), "--device", "cuda", "--dtype", "bfloat16"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"step_time.py: error: argument --device: cuda is not available on this machine (torch {torch.__version__})"
+    )
+
+
 def test_call_overhead_calls_the_program_dynamo_calls_with_the_inputs_it_passes(monkeypatch) -> None:
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import call_overhead
