@@ -317,16 +317,22 @@ class _TracedCache:
         for leaf in leaves:
             if isinstance(leaf, torch.Tensor):
                 dup = seen.setdefault(id(leaf), len(seen))
-                key.append((tuple(leaf.shape), tuple(leaf.stride()), leaf.dtype, leaf.device, leaf.requires_grad, leaf.is_leaf, dup))
+                key.append((leaf.shape, leaf.stride(), leaf.dtype, leaf.device, leaf.requires_grad, leaf.is_leaf, dup))
             else:
                 key.append(("const", type(leaf), repr(leaf)))
         return tuple(key)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        leaves, in_spec = pytree.tree_flatten((args, kwargs))
-        key = (in_spec, self._key(leaves))
+        flat = _tensors_and_lists(args, kwargs)
+        if flat is not None:
+            nesting, leaves = flat
+            key = (nesting, self._key(leaves))
+        else:
+            leaves, in_spec = pytree.tree_flatten((args, kwargs))
+            key = (in_spec, self._key(leaves))
         entry = self.entries.get(key)
         if entry is None:
+            leaves, in_spec = pytree.tree_flatten((args, kwargs))
             entry = self.entries[key] = self._build(leaves, in_spec)
         compiled, out_spec = entry
         unique = _unique_tensors(leaves)
@@ -366,6 +372,31 @@ class _TracedCache:
                 return self._call_user_fn([tensors[p] if p >= 0 else leaf for p, leaf in zip(positions, leaves)], in_spec)
 
             return self.fallback.handle(explain_data_dependent(exc), eager), None
+
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def _tensors_and_lists(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[tuple[int, ...], list[Any]] | None:
+    """Arguments that are plain tensors and plain lists of them, without keywords (every
+    ``AotModule`` call, most ``aot_function`` calls): their leaves in pytree's order and how they
+    nest (-1 a tensor, n a list of n), read without pytree, whose flatten and spec hashing cost
+    more per call than the compiled MLP's runtime. Anything else (a subclass, a dict, a number)
+    returns None: it goes through pytree."""
+    if kwargs:
+        return None
+    nesting: list[int] = []
+    leaves: list[Any] = []
+    for arg in args:
+        if type(arg) in _PLAIN_TENSORS:
+            nesting.append(-1)
+            leaves.append(arg)
+        elif type(arg) is list and all(type(item) in _PLAIN_TENSORS for item in arg):
+            nesting.append(len(arg))
+            leaves.extend(arg)
+        else:
+            return None
+    return tuple(nesting), leaves
 
 
 def _unique_tensors(leaves: Sequence[Any]) -> list[torch.Tensor]:

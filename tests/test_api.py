@@ -122,6 +122,25 @@ def test_aot_function_takes_pytrees_and_keyword_arguments() -> None:
     assert len(compiled.passkit_reports) == 2  # a new constant is a new specialisation
 
 
+def test_aot_function_tells_apart_the_same_tensors_nested_differently() -> None:
+    def fn(*args):
+        flat = [t for arg in args for t in (arg if isinstance(arg, (list, tuple)) else [arg])]
+        return sum(t * (k + 1) for k, t in enumerate(flat)) + len(args)
+
+    compiled = passkit.aot_function(fn, pipeline="training-python")
+    x, y = torch.randn(3), torch.randn(3)
+    w = torch.nn.Parameter(torch.randn(3))
+    # Tensors and lists of them are read without pytree, a tuple or a number through it; each
+    # nesting, and a tensor of other strides, is its own compile, and each gives eager's value.
+    calls = [(x, y), ([x, y],), ([x], y), (x, [y]), ([w, x],), ((x, y),), (x, 2.0), (torch.randn(6)[::2], y)]
+    for args in calls:
+        torch.testing.assert_close(compiled(*args), fn(*args))
+    assert len(compiled.passkit_reports) == 8
+    for args in calls:  # a second round compiles nothing
+        torch.testing.assert_close(compiled(*args), fn(*args))
+    assert len(compiled.passkit_reports) == 8
+
+
 def test_compiling_logs_one_numbered_line_per_step_on_the_passkit_logger(caplog) -> None:
     import logging
 
