@@ -44,8 +44,8 @@ __all__ = [
 _LAZY = {
     "compile": "passkit.api",
     "backend": "passkit.api",
-    "aot_function": "passkit.api",
-    "aot_module": "passkit.api",
+    "aot_function": "passkit.aot",
+    "aot_module": "passkit.aot",
     "load_pipeline": "passkit.api",
     "Pipeline": "passkit.pipeline",
     "reports": "passkit.compile_options",

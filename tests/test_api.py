@@ -1,4 +1,4 @@
-"""The public entry points: the registered Dynamo backend, backend(), compile(), aot_module()."""
+"""The public entry points through Dynamo: the registered backend, backend(), compile()."""
 
 from __future__ import annotations
 
@@ -55,20 +55,6 @@ def test_a_bad_pipeline_fails_at_compile_time_with_one_line(tmp_path) -> None:
     assert str(info.value) == f"{path}: steps[0]: unknown pass 'fx.dcee'; did you mean 'fx.dce'?"
 
 
-def test_aot_module_keeps_state_dict_and_trains() -> None:
-    torch.manual_seed(0)
-    model = MLP(8, 16)
-    twin = copy.deepcopy(model)
-    compiled = passkit.aot_module(twin, pipeline="training-python")
-    assert compiled.state_dict().keys() == {f"mod.{k}" for k in model.state_dict()}
-    x = torch.randn(4, 8)
-    torch.testing.assert_close(compiled(x), model(x))
-    (compiled(x) ** 2).sum().backward()
-    (model(x) ** 2).sum().backward()
-    for (name, expected), actual in zip(model.named_parameters(), twin.parameters()):
-        torch.testing.assert_close(actual.grad, expected.grad, msg=lambda m: f"{name}: {m}")
-
-
 def test_graph_breaks_get_one_report_each() -> None:
     def fn(x):
         y = x.sin()
@@ -102,43 +88,6 @@ def test_passkit_compile_defaults_to_torch_compiles_dynamic_none() -> None:
     for n in (3, 4, 5):
         torch.testing.assert_close(compiled(torch.ones(n)), torch.ones(n).sin() * 2)
     assert len(compiled.passkit_reports) == 2
-
-
-def test_aot_function_takes_pytrees_and_keyword_arguments() -> None:
-    def fn(pair, *, scale, bias=None):
-        a, b = pair
-        out = {"sum": (a + b) * scale}
-        if bias is not None:
-            out["biased"] = out["sum"] + bias
-        return out
-
-    compiled = passkit.aot_function(fn, pipeline="training-python")
-    a, b = torch.randn(3, requires_grad=True), torch.randn(3)
-    result = compiled((a, b), scale=2.0, bias=torch.ones(3))
-    torch.testing.assert_close(result["biased"], (a + b) * 2.0 + 1)
-    result["biased"].sum().backward()
-    torch.testing.assert_close(a.grad, torch.full((3,), 2.0))
-    assert compiled((a, b), scale=3.0)["sum"].shape == (3,)
-    assert len(compiled.passkit_reports) == 2  # a new constant is a new specialisation
-
-
-def test_aot_function_tells_apart_the_same_tensors_nested_differently() -> None:
-    def fn(*args):
-        flat = [t for arg in args for t in (arg if isinstance(arg, (list, tuple)) else [arg])]
-        return sum(t * (k + 1) for k, t in enumerate(flat)) + len(args)
-
-    compiled = passkit.aot_function(fn, pipeline="training-python")
-    x, y = torch.randn(3), torch.randn(3)
-    w = torch.nn.Parameter(torch.randn(3))
-    # Tensors and lists of them are read without pytree, a tuple or a number through it; each
-    # nesting, and a tensor of other strides, is its own compile, and each gives eager's value.
-    calls = [(x, y), ([x, y],), ([x], y), (x, [y]), ([w, x],), ((x, y),), (x, 2.0), (torch.randn(6)[::2], y)]
-    for args in calls:
-        torch.testing.assert_close(compiled(*args), fn(*args))
-    assert len(compiled.passkit_reports) == 8
-    for args in calls:  # a second round compiles nothing
-        torch.testing.assert_close(compiled(*args), fn(*args))
-    assert len(compiled.passkit_reports) == 8
 
 
 def test_compiling_logs_one_numbered_line_per_step_on_the_passkit_logger(caplog) -> None:
