@@ -129,6 +129,7 @@ class Contender:
     step_fn: Callable[[torch.Tensor], Any]
     inputs: torch.Tensor
     compile_s: float = 0.0
+    compile_times_s: list[float] = field(default_factory=list)
     times_s: list[float] = field(default_factory=list)
 
     def step(self) -> None:
@@ -261,6 +262,7 @@ def build_contenders(
     contenders = [built[name] for name, _ in builders if name in built]
     for contender in contenders:
         contender.compile_s = statistics.median(compile_times[contender.name])
+        contender.compile_times_s = compile_times[contender.name]
         for _ in range(WARMUP_STEPS):
             contender.step()
     return contenders
@@ -303,6 +305,7 @@ def run_workload(name: str, pipelines: list[str], rounds: int, compile_repeats: 
             "median_ms": c.median_s * 1e3,
             "min_ms": c.min_s * 1e3,
             "compile_s": c.compile_s,
+            "compile_times_s": c.compile_times_s,  # every repeat: a median of 3 can hide a wide spread
             "times_ms": [t * 1e3 for t in c.times_s],
         }
         for c in contenders
