@@ -429,7 +429,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the raw figures to this file")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("argument --device: cuda is not available on this machine (torch " + torch.__version__ + ")")
+        parser.error(f"argument --device: cuda is not available on this machine (torch {torch.__version__})")
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown:

@@ -61,7 +61,8 @@ class _TracedCache:
             key = (in_spec, self._key(leaves))
         entry = self.entries.get(key)
         if entry is None:
-            leaves, in_spec = pytree.tree_flatten((args, kwargs))
+            if flat is not None:  # building needs pytree's spec, to rebuild the arguments when tracing
+                in_spec = pytree.tree_flatten((args, kwargs))[1]
             entry = self.entries[key] = self._build(leaves, in_spec)
         compiled, out_spec = entry
         unique = _unique_tensors(leaves)

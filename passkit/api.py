@@ -2,9 +2,10 @@
 shares: loading a pipeline, compiling a captured ``Program``, falling back to eager.
 
 Each entry captures a ``Program`` (through Dynamo here; by tracing with ``make_fx`` in
-``passkit.aot``), runs the pipeline over it, and wraps the compiled graphs in the runtime wrapper. ``on_error = "eager"``
-turns any compile failure into one warning (attributed to the user's call) and the uncompiled
-callable; the reasons are kept in the result's ``passkit_fallbacks``.
+``passkit.aot``), runs the pipeline over it, and wraps the compiled graphs in the runtime
+wrapper. ``on_error = "eager"`` turns any compile failure into one warning (attributed to the
+user's call) and the uncompiled callable; the reasons are kept in the result's
+``passkit_fallbacks``.
 
 Progress: ``progress=`` takes a callable that receives each step's ``StepRecord`` as the step
 finishes; without one, each step is logged at INFO level on the ``passkit`` logger
