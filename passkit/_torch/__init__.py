@@ -7,6 +7,7 @@ owns one side of torch:
 - ``ops``: decomposition tables, Core ATen, autograd formulas, random ops, symbolic sizes;
 - ``graph_passes``: torch's min-cut partitioner, fake-value propagation, reinplacing;
 - ``inductor`` and ``inductor_cache``: Inductor's inner compiler and its cache form;
+- ``kernel_bundles``: a graph's C++ kernels built as a few libraries, not one each;
 - ``logs``: structured trace artifacts and Dynamo's compile ids.
 
 Supported torch: 2.11 to 2.13.
@@ -20,6 +21,8 @@ from passkit._torch.inductor import *  # noqa: F403
 from passkit._torch.inductor import __all__ as _inductor
 from passkit._torch.inductor_cache import *  # noqa: F403
 from passkit._torch.inductor_cache import __all__ as _inductor_cache
+from passkit._torch.kernel_bundles import *  # noqa: F403
+from passkit._torch.kernel_bundles import __all__ as _kernel_bundles
 from passkit._torch.logs import *  # noqa: F403
 from passkit._torch.logs import __all__ as _logs
 from passkit._torch.ops import *  # noqa: F403
@@ -27,4 +30,4 @@ from passkit._torch.ops import __all__ as _ops
 from passkit._torch.tracing import *  # noqa: F403
 from passkit._torch.tracing import __all__ as _tracing
 
-__all__ = [*_graph_passes, *_inductor, *_inductor_cache, *_logs, *_ops, *_tracing]
+__all__ = [*_graph_passes, *_inductor, *_inductor_cache, *_kernel_bundles, *_logs, *_ops, *_tracing]

@@ -65,12 +65,13 @@ class InductorRecipe:
     check: list[int] = dataclasses.field(default_factory=list)  # ``strides_of``: inputs to restride
     written: list[int] = dataclasses.field(default_factory=list)  # mutation slots the graph writes itself
     donated: list[int] = dataclasses.field(default_factory=list)  # inputs a backward may overwrite
+    bundle_kernels: bool = True  # its C++ kernels built as a few libraries (found again under the same names)
     format: int = FORMAT
 
 
 def snapshot(graph: GraphModule, examples: Sequence[Any], *, is_backward: bool, is_inference: bool,
              static: Sequence[int], visible: Sequence[int], config_patches: dict[str, Any],
-             pair: str | None = None, donated: Sequence[int] = ()) -> InductorRecipe | None:
+             pair: str | None = None, donated: Sequence[int] = (), bundle_kernels: bool = True) -> InductorRecipe | None:
     """The recipe for compiling ``graph`` (call before Inductor rewrites it), or None when it
     cannot be stored faithfully."""
     specs = _torch.static_input_specs(examples)
@@ -82,7 +83,7 @@ def snapshot(graph: GraphModule, examples: Sequence[Any], *, is_backward: bool, 
     return InductorRecipe(
         graph=data, code=graph.code, inputs=specs, is_backward=is_backward, is_inference=is_inference,
         static=list(static), visible=list(visible), config_patches=dict(config_patches),
-        pair=pair or uuid.uuid4().hex, donated=list(donated),
+        pair=pair or uuid.uuid4().hex, donated=list(donated), bundle_kernels=bundle_kernels,
     )
 
 
@@ -140,12 +141,13 @@ def load(recipe: InductorRecipe) -> Callable[..., Any]:
         raise ValueError("the stored graph reloads to other code")
     examples = _torch.fakes_with_shape_env(recipe.inputs)
     graph_id, device_index = _graph_id_and_device(recipe)
-    compiled, _ = _torch.inductor_compile(
-        graph, examples, is_backward=recipe.is_backward, is_inference=recipe.is_inference,
-        static_input_idxs=recipe.static, user_visible_output_idxs=recipe.visible,
-        config_patches=recipe.config_patches, graph_id=graph_id, device_index=device_index,
-        donated=recipe.donated,
-    )
+    with _torch.kernels_compiled_together(bundle=recipe.bundle_kernels):
+        compiled, _ = _torch.inductor_compile(
+            graph, examples, is_backward=recipe.is_backward, is_inference=recipe.is_inference,
+            static_input_idxs=recipe.static, user_visible_output_idxs=recipe.visible,
+            config_patches=recipe.config_patches, graph_id=graph_id, device_index=device_index,
+            donated=recipe.donated,
+        )
     fn = _torch.inductor_callable(compiled)
     if recipe.wrapper == "strides_of":
         wrapped = codegen_inductor._backward_call(fn, examples, recipe.check, recipe.donated)
