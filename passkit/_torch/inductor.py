@@ -121,43 +121,81 @@ def kernels_compiled_together(*, bundle: bool = True) -> Any:
 
     The compiled callables must not run before the block is left (their kernels are bound then).
     Yields a ``KernelBuilds`` that counts, once the block is left, the C++ kernels and the
-    libraries built for them.
+    libraries built for them. Other threads, and this one outside the block, compile as usual.
     """
-    from torch._inductor.async_compile import AsyncCompile
-
-    owner, pending = threading.get_ident(), []
-    wait, cpp_pybinding = AsyncCompile.wait, AsyncCompile.cpp_pybinding
-    bundler = KernelBundler(_compile_workers()) if bundle else None
-
-    def hold_kernel(self: Any, argtypes: Any, source_code: str) -> Any:
-        if bundler is not None and threading.get_ident() == owner:
-            held = bundler.hold(argtypes, source_code, self.submit)
-            if held is not None:
-                return held
-        return cpp_pybinding(self, argtypes, source_code)
-
-    def wait_later(self: Any, scope: dict[str, Any]) -> None:
-        if threading.get_ident() != owner:
-            return wait(self, scope)
-        if bundler is not None:
-            bundler.flush()
-        pending.append((self, scope))
-        return None
-
-    AsyncCompile.wait = wait_later  # type: ignore[method-assign]
-    AsyncCompile.cpp_pybinding = hold_kernel  # type: ignore[method-assign]
+    block = _Block(KernelBundler(_compile_workers()) if bundle else None)
+    originals = _hook_async_compile()
+    outer, _this_thread.block = getattr(_this_thread, "block", None), block
     builds = KernelBuilds()
     try:
         yield builds
     finally:
-        AsyncCompile.wait = wait  # type: ignore[method-assign]
-        AsyncCompile.cpp_pybinding = cpp_pybinding  # type: ignore[method-assign]
-    for compiler, scope in pending:
-        if bundler is not None:
-            bundler.resolve(scope)  # Inductor's wait resolves futures only with compile workers
+        _this_thread.block = outer
+        _unhook_async_compile()
+    wait = originals["wait"]
+    for compiler, scope in block.pending:
+        if block.bundler is not None:
+            block.bundler.resolve(scope)  # Inductor's wait resolves futures only with compile workers
         wait(compiler, scope)
-    if bundler is not None:
-        builds.kernels, builds.libraries = bundler.kernels, bundler.libraries
+    if block.bundler is not None:
+        builds.kernels, builds.libraries = block.bundler.kernels, block.bundler.libraries
+
+
+@dataclasses.dataclass
+class _Block:
+    """One thread's ``kernels_compiled_together`` block: its bundler and the waits it put off."""
+
+    bundler: KernelBundler | None
+    pending: list[tuple[Any, dict[str, Any]]] = dataclasses.field(default_factory=list)
+
+
+_this_thread = threading.local()
+_hooks_lock = threading.Lock()
+_hooks: dict[str, Any] = {}  # Inductor's own methods while ours stand in, and how many blocks use them
+
+
+def _hook_async_compile() -> dict[str, Any]:
+    """Stand in for ``AsyncCompile.wait`` and ``cpp_pybinding`` while any block is open; each
+    acts for the thread whose block is open and calls Inductor's own otherwise."""
+    from torch._inductor.async_compile import AsyncCompile
+
+    with _hooks_lock:
+        if not _hooks:
+            wait, cpp_pybinding = AsyncCompile.wait, AsyncCompile.cpp_pybinding
+
+            def wait_later(self: Any, scope: dict[str, Any]) -> None:
+                block = getattr(_this_thread, "block", None)
+                if block is None:
+                    return wait(self, scope)
+                if block.bundler is not None:
+                    block.bundler.flush()
+                block.pending.append((self, scope))
+                return None
+
+            def hold_kernel(self: Any, argtypes: Any, source_code: str) -> Any:
+                block = getattr(_this_thread, "block", None)
+                if block is not None and block.bundler is not None:
+                    held = block.bundler.hold(argtypes, source_code, self.submit)
+                    if held is not None:
+                        return held
+                return cpp_pybinding(self, argtypes, source_code)
+
+            _hooks.update(wait=wait, cpp_pybinding=cpp_pybinding, blocks=0)
+            AsyncCompile.wait = wait_later  # type: ignore[method-assign]
+            AsyncCompile.cpp_pybinding = hold_kernel  # type: ignore[method-assign]
+        _hooks["blocks"] += 1
+        return dict(_hooks)
+
+
+def _unhook_async_compile() -> None:
+    from torch._inductor.async_compile import AsyncCompile
+
+    with _hooks_lock:
+        _hooks["blocks"] -= 1
+        if _hooks["blocks"] == 0:
+            AsyncCompile.wait = _hooks["wait"]  # type: ignore[method-assign]
+            AsyncCompile.cpp_pybinding = _hooks["cpp_pybinding"]  # type: ignore[method-assign]
+            _hooks.clear()
 
 
 @dataclasses.dataclass

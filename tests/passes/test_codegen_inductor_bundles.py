@@ -136,3 +136,33 @@ def test_kernels_with_symbolic_sizes_take_their_size_arguments_in_a_bundle(tmp_p
 )
 def test_only_kernels_of_the_expected_shape_join_a_bundle(source: str, bundles: bool) -> None:
     assert _torch.can_bundle(source) is bundles
+
+
+def test_two_threads_compiling_at_once_each_get_their_own_kernels() -> None:
+    import threading
+
+    from torch._inductor.async_compile import AsyncCompile
+
+    inductors_own = (AsyncCompile.wait, AsyncCompile.cpp_pybinding)
+    results: dict[int, Any] = {}
+
+    def train(seed: int) -> None:
+        try:
+            torch.manual_seed(seed)
+            width = 8 + 8 * seed  # other shapes, other kernels
+            model = torch.nn.Sequential(torch.nn.Linear(width, 16), torch.nn.LayerNorm(16), torch.nn.Tanh())
+            eager = copy.deepcopy(model)
+            x = torch.randn(4, width)
+            out = passkit.aot_module(model, pipeline="training")(x)
+            torch.testing.assert_close(out, eager(x), **TOLERANCE)
+            results[seed] = True
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            results[seed] = exc
+
+    threads = [threading.Thread(target=train, args=(seed,)) for seed in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {1: True, 2: True}
+    assert (AsyncCompile.wait, AsyncCompile.cpp_pybinding) == inductors_own
