@@ -40,6 +40,7 @@ __all__ = [
     "is_multi_output_view",
     "keeps_grad_mode_regions",
     "mutates",
+    "op_mutates",
     "new_fake_mode",
     "nothing_to_decompose",
     "pytree",
@@ -311,7 +312,13 @@ def mutates(node: torch.fx.Node) -> bool:
     trailing-underscore tensor method."""
     if node.op == "call_method":
         return str(node.target).endswith("_")
-    return node.op == "call_function" and isinstance(node.target, OpOverload) and node.target._schema.is_mutable
+    return node.op == "call_function" and op_mutates(node.target)
+
+
+def op_mutates(op: Any) -> bool:
+    """Whether ``op`` is an operator overload with a mutable schema (in-place, ``out=``)."""
+    return isinstance(op, OpOverload) and op._schema.is_mutable
+
 
 def has_mutations(gm: GraphModule) -> bool:
     """Whether any node of ``gm`` mutates an argument (see ``mutates``)."""

@@ -52,8 +52,12 @@ def joint(program: Program) -> bool:
     args = [*program.example_inputs, *plan.tangent_examples]
     table = _lowering_table(program)
     # Most backward formulas are out-of-place, and the plain trace is cheaper; a graph that came
-    # out with in-place ops is traced again under functionalization.
-    gm = _torch.trace_graph(make_joint_fn(plan), args, pre_dispatch=False, decompositions=table, arg_names=names)
+    # out with in-place ops is traced again under functionalization. The plain trace leaves
+    # mutating ops whole: a decomposition registered for an ``out=`` overload may not take
+    # ``out`` (``mm.out`` in Inductor's table, called by linear_cross_entropy's backward), and
+    # functionalization turns such an op into its functional form before the table sees it.
+    plain_table = None if table is None else {op: fn for op, fn in table.items() if not _torch.op_mutates(op)}
+    gm = _torch.trace_graph(make_joint_fn(plan), args, pre_dispatch=False, decompositions=plain_table, arg_names=names)
     if _torch.has_mutations(gm):
         gm, mutations = _torch.functional_trace(
             make_joint_fn(plan), args, pre_dispatch=False, decompositions=table, arg_names=names

@@ -33,16 +33,22 @@ def test_decomposition_before_joint_keeps_the_ops_own_gradient_log_ndtr() -> Non
     assert not grad.isnan().any()
 
 
-def test_a_decomposition_joint_applies_keeps_the_layout_main_recorded(tmp_path) -> None:
-    # Inductor's ``cat`` of an empty past and one tensor returns that tensor with its own
-    # (transposed) strides where ``cat`` returns a contiguous one; the ``view`` main recorded
-    # after it was valid only for the contiguous layout (GPT-2 with an empty key cache).
+def _inductor_ops_pipeline(tmp_path) -> str:
+    """``training``'s lowering (Inductor's table before ``joint``), ending in plain ATen calls."""
     pipeline = tmp_path / "inductor-ops.toml"
     pipeline.write_text(
         '[pipeline]\nname = "inductor-ops"\n\n[[steps]]\npass = "functionalize"\n\n'
         '[[steps]]\npass = "decompose"\ntables = ["inductor"]\n\n[[steps]]\npass = "joint"\n\n'
         '[[steps]]\npass = "partition.default"\n\n[[steps]]\npass = "codegen.python"\n'
     )
+    return str(pipeline)
+
+
+def test_a_decomposition_joint_applies_keeps_the_layout_main_recorded(tmp_path) -> None:
+    # Inductor's ``cat`` of an empty past and one tensor returns that tensor with its own
+    # (transposed) strides where ``cat`` returns a contiguous one; the ``view`` main recorded
+    # after it was valid only for the contiguous layout (GPT-2 with an empty key cache).
+    pipeline = _inductor_ops_pipeline(tmp_path)
 
     def fn(x: torch.Tensor) -> torch.Tensor:
         keys = torch.cat([torch.zeros(2, 4, 0, 8), x.transpose(1, 2)], -2)
@@ -50,7 +56,24 @@ def test_a_decomposition_joint_applies_keeps_the_layout_main_recorded(tmp_path) 
 
     x = torch.randn(2, 12, 4, 8)
     expected, expected_grad = _grad(fn, x)
-    out, grad = _grad(passkit.aot_function(fn, pipeline=str(pipeline)), x)
+    out, grad = _grad(passkit.aot_function(fn, pipeline=pipeline), x)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grad, expected_grad)
+
+
+@pytest.mark.skipif(not hasattr(torch.nn.functional, "linear_cross_entropy"), reason="torch 2.13's op")
+def test_a_backward_that_writes_with_out_traces_through_inductors_table(tmp_path) -> None:
+    # linear_cross_entropy's chunked backward calls ``torch.mm(..., out=logits)``; the joint's
+    # plain trace handed ``mm.out`` to Inductor's ``mm`` decomposition, which takes no ``out``.
+    weight, target = torch.randn(5, 3), torch.tensor([1, 4, 0, 2])
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        options = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=2)
+        return torch.nn.functional.linear_cross_entropy(x, weight, target, reduction="none", options=options)
+
+    x = torch.randn(4, 3)
+    expected, expected_grad = _grad(fn, x)
+    out, grad = _grad(passkit.aot_function(fn, pipeline=_inductor_ops_pipeline(tmp_path)), x)
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(grad, expected_grad)
 
