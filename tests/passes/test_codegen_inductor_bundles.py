@@ -166,3 +166,33 @@ def test_two_threads_compiling_at_once_each_get_their_own_kernels() -> None:
         thread.join()
     assert results == {1: True, 2: True}
     assert (AsyncCompile.wait, AsyncCompile.cpp_pybinding) == inductors_own
+
+
+def test_a_second_process_finds_the_bundles_the_first_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compile-cache hit compiles the stored graphs again; each graph bundles its kernels as
+    the first process did, so Inductor's kernel cache has every library and g++ builds none."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from cache_child import compile_and_report
+
+    kernels, entries = tmp_path / "kernels", tmp_path / "passkit"
+    kernels.mkdir()
+    monkeypatch.setenv("PASSKIT_CACHE_DIR", str(entries))
+    monkeypatch.setenv("CHILD_PIPELINE", "training")
+    with fresh_cache(dir=str(kernels), delete=False):
+        cold = compile_and_report()
+    (kernels,) = kernels.iterdir()  # the cache folder fresh_cache made there
+    built = {lib: lib.stat().st_mtime_ns for lib in kernels.rglob("*.so")}
+    assert _kernel_libraries(kernels) >= 1
+    child = Path(__file__).parents[1] / "cache_child.py"
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(kernels),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(child.parents[1]), os.environ.get("PYTHONPATH", "")]))}
+    done = subprocess.run([sys.executable, str(child)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    warm = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (cold["cache"], warm["cache"]) == ("", "hit")
+    assert {lib: lib.stat().st_mtime_ns for lib in kernels.rglob("*.so")} == built
+    assert (warm["out"], warm["grads"]) == (cold["out"], cold["grads"])
