@@ -4,7 +4,7 @@ instead of one library each.
 Inductor builds every C++ kernel (``AsyncCompile.cpp_pybinding``) as a library of its own, and
 each build pays the same fixed costs before it compiles the kernel itself: loading the 150 MB
 precompiled header (0.55 s on a 2-core EPYC) and linking against libtorch (0.2-0.45 s), against
-0.2-0.4 s for the kernel's own code. The 9 kernels of the conv/BN benchmark took 9.9 s of g++
+0.2-0.4 s for the kernel's own code. Nine kernels of the conv/BN benchmark took 9.9 s of g++
 built one by one, and 2.0 s as one library.
 
 While a ``KernelBundler`` is installed (``kernels_compiled_together(bundle=True)``), a kernel
