@@ -26,13 +26,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-__all__ = ["MIN_KERNELS_PER_BUNDLE", "bundle_source", "can_bundle"]
+__all__ = ["bundle_source", "can_bundle"]
 
 log = logging.getLogger("passkit")
 
 _ENTRY = re.compile(r'extern\s+"C"\s+void\s+kernel\s*\(')
 # A kernel in a bundle is a namespace of its own; what a namespace cannot hold keeps it alone.
-_UNBUNDLEABLE = ("#define", "#undef", "PyInit", "PyMODINIT_FUNC", "#pragma once")
+_UNBUNDLEABLE = ("#define", "#undef", "PyInit")
 # A bundle holds no fewer kernels than this before another worker gets one: each library pays
 # the header and the link once, about as much as two or three kernels' own code.
 MIN_KERNELS_PER_BUNDLE = 3
@@ -214,7 +214,7 @@ class _Bundle:
                         each.build_alone()
         if self.failed:
             return kernel.alone()
-        return getattr(self.module, f"kernel_{self.kernels.index(kernel)}")
+        return getattr(self.module, f"kernel_{kernel.slot}")
 
 
 class BundledKernel:
@@ -224,6 +224,7 @@ class BundledKernel:
                  submit: Callable[..., Any] | None) -> None:
         self.owner, self.order, self.argtypes, self.source, self.submit = owner, order, list(argtypes), source, submit
         self.bundle: _Bundle | None = None
+        self.slot = 0  # its position in the bundle: the binding ``kernel_<slot>``
         self._alone: Callable[[], Any] | None = None
 
     def build_alone(self) -> None:
@@ -271,10 +272,11 @@ class KernelBundler:
     def flush(self) -> None:
         """Start building the held kernels: alone when there is one, else in bundles."""
         held, self.held = self.held, []
-        if len(held) == 1:
-            held[0].build_alone()
+        if len(held) <= 1:
+            for kernel in held:
+                kernel.build_alone()
             return
-        for chunk in _chunks(held, self.workers) if held else []:
+        for chunk in _chunks(held, self.workers):
             code = bundle_source([(k.argtypes, k.source) for k in chunk])
             try:
                 load = _codecache().load_async(code, "cpu", submit_fn=chunk[0].submit)
@@ -285,8 +287,8 @@ class KernelBundler:
                 continue
             self.libraries += 1
             bundle = _Bundle(chunk, load)
-            for kernel in chunk:
-                kernel.bundle = bundle
+            for slot, kernel in enumerate(chunk):
+                kernel.bundle, kernel.slot = bundle, slot
 
     def resolve(self, scope: dict[str, Any]) -> None:
         """Put each kernel this bundler handed out into ``scope`` in place of its future."""
