@@ -52,12 +52,18 @@ class _TracedCache:
         return tuple(key)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _torch.tracing_active():
+            # Another compile is tracing this call (torch's nested aot_function, Dynamo): it
+            # records the function's own ops; compiled kernels would see its fake tensors.
+            return self.fn(*args, **kwargs)
         flat = _tensors_and_lists(args, kwargs)
         if flat is not None:
             nesting, leaves = flat
             key = (nesting, self._key(leaves))
         else:
             leaves, in_spec = pytree.tree_flatten((args, kwargs))
+            if any(_torch.is_traced_value(leaf) for leaf in leaves):
+                return self.fn(*args, **kwargs)  # fake or functional values: traced outside a mode
             key = (in_spec, self._key(leaves))
         entry = self.entries.get(key)
         if entry is None:
@@ -104,7 +110,7 @@ class _TracedCache:
             return self.fallback.handle(explain_data_dependent(exc), eager), None
 
 
-_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_PLAIN_TENSORS = _torch.PLAIN_TENSOR_TYPES
 
 
 def _tensors_and_lists(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[tuple[int, ...], list[Any]] | None:

@@ -137,7 +137,13 @@ def _compile_program(
     problem = _missing_training_steps(pipeline, program)
     if problem:
         raise PasskitError(problem)
-    return CompiledProgram(program)
+    return CompiledProgram(program, compiled_by=_codegen_step(pipeline))
+
+
+def _codegen_step(pipeline: Any) -> str:
+    """Where the program's code came from: the last enabled step that compiles graphs."""
+    steps = [step for step in pipeline.steps if step.enabled and "compiled" in step.pass_.produces]
+    return pipeline.where(steps[-1]) if steps else pipeline.label
 
 
 class _Fallback:

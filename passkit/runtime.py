@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from passkit import _torch
+from passkit.entry_check import EntryCheck
 from passkit.errors import PasskitError
 from passkit.program import InputInfo, OutputInfo, Program
 from passkit.shared_inputs import SharedStorageCheck
@@ -186,8 +187,10 @@ class _CompiledFunction(torch.autograd.Function):
 class CompiledProgram:
     """A compiled program as a callable over flat inputs, returning a tuple of user outputs."""
 
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, *, compiled_by: str = "the compiled program") -> None:
         sig = program.signature
+        # ``compiled_by`` names the step whose code a refused value was about to enter.
+        self.entry_check = EntryCheck([info.name for info in sig.inputs], program.example_inputs, compiled_by)
         self.inputs: list[InputInfo] = sig.inputs
         self.outputs: list[OutputInfo] = sig.outputs
         self.n_inputs = len(sig.inputs)
@@ -274,6 +277,7 @@ class CompiledProgram:
         ]
 
     def __call__(self, *args: Any) -> tuple[Any, ...]:
+        self.entry_check(args)
         if self.mutated:
             self.shared_storage_check(args)
         if self.training:

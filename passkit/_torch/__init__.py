@@ -8,7 +8,8 @@ owns one side of torch:
 - ``graph_passes``: torch's min-cut partitioner, fake-value propagation, reinplacing;
 - ``inductor`` and ``inductor_cache``: Inductor's inner compiler and its cache form;
 - ``kernel_bundles``: a graph's C++ kernels built as a few libraries, not one each;
-- ``logs``: structured trace artifacts and Dynamo's compile ids.
+- ``logs``: structured trace artifacts and Dynamo's compile ids;
+- ``values``: which values compiled kernels cannot read, and whether a trace records the call.
 
 Supported torch: 2.11 to 2.13.
 """
@@ -29,5 +30,7 @@ from passkit._torch.ops import *  # noqa: F403
 from passkit._torch.ops import __all__ as _ops
 from passkit._torch.tracing import *  # noqa: F403
 from passkit._torch.tracing import __all__ as _tracing
+from passkit._torch.values import *  # noqa: F403
+from passkit._torch.values import __all__ as _values
 
-__all__ = [*_graph_passes, *_inductor, *_inductor_cache, *_kernel_bundles, *_logs, *_ops, *_tracing]
+__all__ = [*_graph_passes, *_inductor, *_inductor_cache, *_kernel_bundles, *_logs, *_ops, *_tracing, *_values]
