@@ -8,6 +8,9 @@ non-tensor values must be equal.
 
 The tolerance is the pipeline's ``[settings] rtol``/``atol``, loosened by the declared
 ``tolerance`` of any pass that ran (``tolerance_for``): an approximation by design is not a bug.
+Each pair is then held to no more precision than its dtype carries (``dtype_tolerance``):
+torch.testing's defaults for bfloat16 and float16, and half precision's for float32 computed on
+a GPU where TF32 matmuls or convolutions are allowed. Settings looser than that floor win.
 """
 
 from __future__ import annotations
@@ -17,10 +20,33 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-__all__ = ["RTOL", "ATOL", "Comparison", "Mismatch", "compare_values", "tolerance_for"]
+__all__ = ["RTOL", "ATOL", "Comparison", "Mismatch", "compare_values", "dtype_tolerance", "tolerance_for"]
 
 RTOL = 1e-4
 ATOL = 1e-5
+
+# torch.testing.assert_close's defaults: the precision each dtype can hold.
+_DTYPE_TOLERANCE = {
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float16: (1e-3, 1e-5),
+}
+# TF32 keeps float16's 10-bit mantissa; torch's own TF32 tests allow 5e-3.
+_TF32_TOLERANCE = (5e-3, 1e-4)
+
+
+def dtype_tolerance(value: torch.Tensor) -> tuple[float, float]:
+    """The least ``(rtol, atol)`` a comparison of ``value``'s dtype and device can hold to
+    (complex values are compared as their real and imaginary parts)."""
+    floor = _DTYPE_TOLERANCE.get(value.dtype)
+    if floor is not None:
+        return floor
+    if value.dtype == torch.float32 and value.device.type == "cuda" and _tf32_allowed():
+        return _TF32_TOLERANCE
+    return (0.0, 0.0)
+
+
+def _tf32_allowed() -> bool:
+    return bool(torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32)
 
 
 @dataclass(frozen=True)
@@ -71,6 +97,8 @@ def _pair(expected: Any, actual: Any, rtol: float, atol: float) -> tuple[float, 
         return (0.0 if equal else float("inf")), None if equal else "values differ"
     if expected.is_complex():
         expected, actual = torch.view_as_real(expected), torch.view_as_real(actual)
+    floor_rtol, floor_atol = dtype_tolerance(expected)
+    rtol, atol = max(rtol, floor_rtol), max(atol, floor_atol)
     e, a = expected.double(), actual.double()
     both_nan = torch.isnan(e) & torch.isnan(a)
     gap = (e - a).abs().masked_fill(both_nan, 0.0)

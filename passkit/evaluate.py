@@ -8,8 +8,9 @@ program and asks it after every step whether the current graphs still agree.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -60,9 +61,26 @@ def observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
     Random ops draw from a fixed seed, so every stage draws the same numbers; the caller's RNG
     state is restored afterwards, so verification never changes what the user's program draws.
     """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+    with fixed_seed(0):
         return _observe(program, real_inputs)
+
+
+@contextlib.contextmanager
+def fixed_seed(seed: int) -> Iterator[None]:
+    """Inside, the CPU generator and every initialised CUDA generator start from ``seed``; all of
+    them are restored on the way out. ``torch.manual_seed`` would also queue a reseed of CUDA
+    generators not yet initialised, changing the user's GPU draws for good."""
+    cuda = _initialised_cuda()
+    with torch.random.fork_rng(devices=cuda):
+        torch.random.default_generator.manual_seed(seed)
+        for index in cuda:
+            torch.cuda.default_generators[index].manual_seed(seed)
+        yield
+
+
+def _initialised_cuda() -> list[int]:
+    """The CUDA devices whose generators exist; forking others would initialise CUDA."""
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
 
 
 def _observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
@@ -82,7 +100,7 @@ def _observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
     plan = JointPlan(program)
     # The probe only learns output shapes; it must not consume the random numbers that the joint
     # run draws, or a model with dropout would differ from the capture at this stage alone.
-    with torch.no_grad(), torch.random.fork_rng():
+    with torch.no_grad(), torch.random.fork_rng(devices=_initialised_cuda()):
         probe = graphs["main"](*[c.detach() if isinstance(c, torch.Tensor) else c for c in clones])
     tangents = _tangents_for(program, io.outputs, plan.diff_outputs, probe)
     results = make_joint_fn(plan)(*clones, *tangents)

@@ -24,3 +24,15 @@ def test_a_functional_training_program_with_dropout_agrees_with_its_capture() ->
     run_pipeline(dataclasses.replace(pipeline, steps=pipeline.steps[:1]), program, pm=get_plugin_manager(), registry=get_registry())
     assert program.training and "functional" in program.facts and list(program.graphs) == ["main"]
     assert reference.compare(program) is None
+
+
+def test_observing_a_program_leaves_every_random_generator_as_it_was() -> None:
+    # torch.manual_seed would also queue a reseed of the CUDA generators for when CUDA starts:
+    # the user's GPU dropout masks would change after a verified compile.
+    inputs = [torch.randn(8, 16)]
+    program = program_from_function(lambda x: (torch.nn.functional.dropout(x, 0.5, training=True),), inputs)
+    state = torch.get_rng_state()
+    queued = list(torch.cuda._lazy_seed_tracker.get_calls())
+    Reference(program, inputs)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert list(torch.cuda._lazy_seed_tracker.get_calls()) == queued
