@@ -28,7 +28,8 @@ __all__ = [
     "KernelBuilds",
     "kernels_compiled_together",
     "inductor_decompositions",
-    "inductor_device_index",
+    "InductorPairState",
+    "inductor_failed_toolchain",
     "inductor_joint_graph_passes",
     "inductor_mode_options",
     "inductor_source",
@@ -48,11 +49,50 @@ def inductor_mode_options(mode: str) -> dict[str, Any]:
     return dict(list_mode_options(mode) or {})
 
 
-def inductor_device_index() -> Any:
-    """The box that a forward and its backward share to agree on a CUDA device (cudagraphs)."""
-    from torch._inductor.cudagraph_utils import BoxedDeviceIndex
+@dataclasses.dataclass
+class InductorPairState:
+    """What a forward and its backward share while Inductor compiles them, as torch's
+    ``compile_fx`` shares it: the CUDA device the forward ran on, and one cudagraphs switch.
+    When the forward's graph cannot be recorded as a CUDA graph, the switch turns off for the
+    backward too; a backward recorded alone would re-record every step (its saved inputs'
+    addresses change), and one recorded without the forward's device trips Inductor's assert.
+    """
 
-    return BoxedDeviceIndex(None)
+    device_index: Any = dataclasses.field(init=False)
+    cudagraphs: Any = dataclasses.field(init=False, default=None)  # made under the first graph's config
+
+    def __post_init__(self) -> None:
+        from torch._inductor.cudagraph_utils import BoxedDeviceIndex
+
+        self.device_index = BoxedDeviceIndex(None)
+
+    def cudagraphs_box(self) -> Any:
+        from torch._inductor import config as inductor_config
+        from torch._inductor.utils import BoxedBool
+
+        if self.cudagraphs is None:
+            self.cudagraphs = BoxedBool(bool(inductor_config.triton.cudagraphs))
+        return self.cudagraphs
+
+
+def inductor_failed_toolchain(exc: BaseException) -> str | None:
+    """Which kernel toolchain an Inductor failure came from: ``"C++ compiler"`` (g++ missing or
+    failing), ``"Triton"`` (missing, or failing to compile a kernel), or None (a lowering or
+    other failure, which no toolchain explains)."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        error = pending.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        name, module = type(error).__name__, type(error).__module__
+        if name == "CUDACompileError" or name == "TritonMissing" or module.split(".")[0] == "triton":
+            return "Triton"
+        if name in ("CppCompileError", "InvalidCxxCompiler"):
+            return "C++ compiler"
+        pending += [getattr(error, "inner_exception", None), error.__cause__, error.__context__]
+    return None
 
 
 def inductor_compile(
@@ -65,7 +105,7 @@ def inductor_compile(
     user_visible_output_idxs: Sequence[int],
     config_patches: dict[str, Any],
     graph_id: int,
-    device_index: Any,
+    pair_state: InductorPairState,
     donated: Sequence[int] = (),
 ) -> tuple[Callable[[list[Any]], Any], list[tuple[int, ...] | None] | None]:
     """Compile one functional ATen graph with Inductor's inner compiler (``compile_fx_inner``).
@@ -80,7 +120,6 @@ def inductor_compile(
     from torch._guards import TracingContext, tracing
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx_inner
-    from torch._inductor.utils import BoxedBool
 
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     output.meta["user_visible_output_idxs"] = list(user_visible_output_idxs)
@@ -100,11 +139,11 @@ def inductor_compile(
                 gm,
                 list(example_inputs),
                 static_input_idxs=list(static_input_idxs),
-                cudagraphs=BoxedBool(bool(inductor_config.triton.cudagraphs)),
+                cudagraphs=pair_state.cudagraphs_box(),
                 is_backward=is_backward,
                 is_inference=is_inference,
                 graph_id=graph_id,
-                boxed_forward_device_index=device_index,
+                boxed_forward_device_index=pair_state.device_index,
             )
     return compiled, (list(strides) if strides is not None else None)
 

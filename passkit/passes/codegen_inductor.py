@@ -79,15 +79,22 @@ class InductorOptions(pydantic.BaseModel):
         return patches
 
 
-def inductor_fallback_message(graph: str, training: bool, exc: BaseException) -> str:
-    """The one-line error when Inductor cannot compile a graph, naming the pipeline to use."""
+def inductor_fallback_message(graph: str, training: bool, exc: BaseException, *, building_on: str | None = None) -> str:
+    """The one-line error when Inductor cannot compile a graph, naming the pipeline to use.
+
+    The advice names the toolchain that failed: the C++ compiler, Triton, or neither (a
+    lowering failure). ``building_on`` is the device type whose kernels were being built when
+    the failure carries no toolchain of its own (a build error surfacing from a worker).
+    """
     fallback = "training-python" if training else "inference-python"
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     reason = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-    return (
-        f"Inductor cannot compile the '{graph}' graph ({reason}); "
-        f"use the '{fallback}' pipeline, which needs no C++ compiler"
-    )
+    toolchain = _torch.inductor_failed_toolchain(exc) or _KERNEL_TOOLCHAIN.get(building_on or "")
+    without = f"needs no {toolchain}" if toolchain else "runs the graph as ATen calls, without Inductor"
+    return f"Inductor cannot compile the '{graph}' graph ({reason}); use the '{fallback}' pipeline, which {without}"
+
+
+_KERNEL_TOOLCHAIN = {"cpu": "C++ compiler", "cuda": "Triton", "xpu": "Triton"}
 
 
 def _graph_for_inductor(gm: GraphModule, options: InductorOptions) -> GraphModule:
@@ -264,7 +271,7 @@ def _backward_call(compiled: Callable[[list[Any]], Any], expected: Sequence[Any]
 
 def _compile(program: Program, name: str, examples: list[Any], options: InductorOptions, *,
              is_backward: bool, is_inference: bool, static: list[int], visible: list[int],
-             graph_id: int, device_index: Any, pair: str = "", written: dict[int, int] | None = None,
+             graph_id: int, pair_state: Any, pair: str = "", written: dict[int, int] | None = None,
              donated: Sequence[int] = (),
              ) -> tuple[Callable[[list[Any]], Any], Any, cache_form.InductorRecipe | None, str | None]:
     graph = _graph_for_inductor(program.graphs[name], options)
@@ -285,7 +292,7 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
             user_visible_output_idxs=visible,
             config_patches=options.config_patches(),
             graph_id=graph_id,
-            device_index=device_index,
+            pair_state=pair_state,
             donated=donated,
         )
     except Exception as exc:  # noqa: BLE001 - any Inductor failure becomes the one-line fallback error
@@ -310,14 +317,22 @@ def _compile_with_kernels_together(program: Program, options: InductorOptions, g
     except PassError:
         raise
     except Exception as exc:  # noqa: BLE001 - a kernel that fails to build, found once the graphs are lowered
-        raise PassError(inductor_fallback_message(graphs, program.training, exc)) from exc
+        building_on = _device_type(program.example_inputs)
+        raise PassError(inductor_fallback_message(graphs, program.training, exc, building_on=building_on)) from exc
     if builds.kernels:
         program.record_stat("cpp_kernels", builds.kernels)
         program.record_stat("kernel_libraries", builds.libraries)
 
 
+def _device_type(values: Sequence[Any]) -> str | None:
+    """The device type of the program's kernels: the first tensor input's (a GPU wins over CPU
+    scalars that ride along)."""
+    types = [v.device.type for v in values if isinstance(v, torch.Tensor)]
+    return next((t for t in types if t != "cpu"), types[0] if types else None)
+
+
 def _compile_forward_and_backward(program: Program, options: InductorOptions) -> None:
-    graph_id, device_index, pair = next(_graph_ids), _torch.inductor_device_index(), cache_form.new_pair()
+    graph_id, pair_state, pair = next(_graph_ids), _torch.InductorPairState(), cache_form.new_pair()
     fw_io, bw_io = program.io("forward"), program.io("backward")
     written = _mutations_to_write(program, "forward")
     if written:
@@ -328,7 +343,7 @@ def _compile_forward_and_backward(program: Program, options: InductorOptions) ->
         is_backward=False, is_inference=False,
         static=[k for k, d in enumerate(fw_io.inputs) if d.kind in ("param", "buffer")],
         visible=[j for j, k in enumerate(kept) if fw_io.outputs[k].kind == "user"],
-        graph_id=graph_id, device_index=device_index, pair=pair, written=written,
+        graph_id=graph_id, pair_state=pair_state, pair=pair, written=written,
     )
     strides_by_slot = dict(zip(kept, fw_strides)) if fw_strides else {}
     saved_stride = {d.index: strides_by_slot[k] for k, d in enumerate(fw_io.outputs) if d.kind == "saved" and k in strides_by_slot}
@@ -346,7 +361,7 @@ def _compile_forward_and_backward(program: Program, options: InductorOptions) ->
         is_backward=True, is_inference=False,
         static=[k for k, d in enumerate(bw_io.inputs) if d.kind == "saved"],
         visible=list(range(len(bw_io.outputs))),
-        graph_id=graph_id, device_index=device_index, pair=pair, donated=donated,
+        graph_id=graph_id, pair_state=pair_state, pair=pair, donated=donated,
     )
     tangents = [k for k, d in enumerate(bw_io.inputs) if d.kind == "tangent" and isinstance(bw_examples[k], torch.Tensor)]
     program.compiled["forward"] = cache_form.cacheable(
@@ -366,7 +381,7 @@ def _compile_main(program: Program, options: InductorOptions) -> None:
         is_backward=False, is_inference=True,
         static=[k for k, d in enumerate(io.inputs) if d.kind in ("param", "buffer")],
         visible=[j for j, k in enumerate(kept) if io.outputs[k].kind == "user"],
-        graph_id=next(_graph_ids), device_index=_torch.inductor_device_index(), written=written,
+        graph_id=next(_graph_ids), pair_state=_torch.InductorPairState(), written=written,
     )
     program.compiled["main"] = cache_form.cacheable(
         _with_source(_no_grad_boxed(compiled, sorted(written)), source), recipe, "no_grad", written=sorted(written))

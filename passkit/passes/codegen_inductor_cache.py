@@ -123,7 +123,7 @@ def _graph_id_and_device(recipe: InductorRecipe) -> tuple[int, Any]:
     with _pairs_lock:
         if recipe.is_backward and key in _pairs:
             return _pairs.pop(key)
-        found = (next(codegen_inductor._graph_ids), _torch.inductor_device_index())
+        found = (next(codegen_inductor._graph_ids), _torch.InductorPairState())
         if not recipe.is_backward and not recipe.is_inference:
             _pairs[key] = found
         return found
@@ -140,12 +140,12 @@ def load(recipe: InductorRecipe) -> Callable[..., Any]:
     if graph.code != recipe.code:
         raise ValueError("the stored graph reloads to other code")
     examples = _torch.fakes_with_shape_env(recipe.inputs)
-    graph_id, device_index = _graph_id_and_device(recipe)
+    graph_id, pair_state = _graph_id_and_device(recipe)
     with _torch.kernels_compiled_together(bundle=recipe.bundle_kernels):
         compiled, _ = _torch.inductor_compile(
             graph, examples, is_backward=recipe.is_backward, is_inference=recipe.is_inference,
             static_input_idxs=recipe.static, user_visible_output_idxs=recipe.visible,
-            config_patches=recipe.config_patches, graph_id=graph_id, device_index=device_index,
+            config_patches=recipe.config_patches, graph_id=graph_id, pair_state=pair_state,
             donated=recipe.donated,
         )
     fn = _torch.inductor_callable(compiled)
