@@ -30,6 +30,7 @@ __all__ = [
     "inductor_decompositions",
     "InductorPairState",
     "inductor_failed_toolchain",
+    "inductor_lowering_decompositions",
     "inductor_joint_graph_passes",
     "inductor_mode_options",
     "inductor_source",
@@ -366,6 +367,25 @@ def inductor_decompositions() -> dict[Any, Callable[..., Any]]:
     from torch._inductor.decomposition import select_decomp_table
 
     return dict(select_decomp_table())
+
+
+@functools.cache
+def inductor_lowering_decompositions(fallback_random: bool) -> dict[Any, Callable[..., Any]]:
+    """The table Inductor's lowerings expect under ``fallback_random``, as ``select_decomp_table``
+    picks it under that config in ``torch.compile``.
+
+    With ``fallback_random`` random ops stay whole, so Inductor runs ATen's own kernels and the
+    draws equal eager's (CUDA's fused ``native_dropout`` included). Without it, torch's random
+    decompositions turn dropout and ``bernoulli`` into ``rand`` comparisons on the GPU, which
+    Inductor rewrites to its philox-seeded random (its ``bernoulli`` lowering refuses CUDA
+    tensors there); on the CPU they decline and the ops stay.
+    """
+    import torch._inductor.lowering  # noqa: F401 - some decompositions ask its lowerings
+    from torch._inductor import config as inductor_config
+    from torch._inductor.decomposition import select_decomp_table
+
+    with inductor_config.patch(fallback_random=fallback_random):
+        return dict(select_decomp_table())
 
 
 def inductor_callable(compiled: Any) -> Callable[[list[Any]], Any]:

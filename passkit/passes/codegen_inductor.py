@@ -105,11 +105,15 @@ def _graph_for_inductor(gm: GraphModule, options: InductorOptions) -> GraphModul
     ``inductor`` table in a ``decompose`` step does it earlier and cheaper. Where ``full``'s
     decomposition declined, its lowering still needs the dtype, filled in from the traced
     value. Dropout's ``bernoulli.p`` becomes an op Inductor
-    cannot mis-order (``_torch.hide_bernoulli_fills``).
+    cannot mis-order (``_torch.hide_bernoulli_fills``). The table follows ``fallback_random``
+    as ``torch.compile``'s does (``_torch.inductor_lowering_decompositions``): eager's draws
+    from ATen's random kernels, or Inductor's philox random on the GPU.
     """
-    table = _torch.inductor_decompositions()
+    table = _torch.inductor_lowering_decompositions(options.fallback_random)
     # An op whose decomposition may decline is no sign of a kept op: it likely declined already.
-    if any(n.op == "call_function" and n.target in table and not _torch.decomposition_may_decline(table[n.target])
+    # Random ops off the CPU are the exception: their decompositions decline on the CPU alone.
+    if any(n.op == "call_function" and n.target in table
+           and (not _torch.decomposition_may_decline(table[n.target]) or _draws_off_cpu(n))
            for n in gm.graph.nodes):
         copy = _torch.retrace(gm, decompositions=table, functional=False)
         if _torch.has_mutations(copy):
@@ -124,6 +128,11 @@ def _graph_for_inductor(gm: GraphModule, options: InductorOptions) -> GraphModul
     _torch.hide_bernoulli_fills(copy, fallback_random=options.fallback_random)
     copy.recompile()
     return copy
+
+
+def _draws_off_cpu(node: Node) -> bool:
+    value = node.meta.get("val")
+    return _torch.draws_random_numbers(node.target) and isinstance(value, torch.Tensor) and value.device.type != "cpu"
 
 
 def _mutations_to_write(program: Program, name: str) -> dict[int, int]:

@@ -65,3 +65,58 @@ def test_an_inductor_failure_names_the_toolchain_that_failed(make, building_on, 
         "Inductor cannot compile the 'forward' graph (RuntimeError: compile failed); "
         f"use the 'training-python' pipeline, which {advice}"
     )
+
+
+def _traced_on_fake_cuda(fn) -> torch.fx.GraphModule:
+    """``fn`` traced as the GPU would run it: on fake CUDA tensors, through eager's dispatch
+    (``F.dropout`` on CUDA is the fused ``native_dropout``; on the CPU it is ``bernoulli_``)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from passkit import _torch
+
+    mode = _torch.new_fake_mode()
+    with mode:
+        x = torch.randn(8, 16, device="cuda")
+        # Functional, as every graph codegen.inductor receives.
+        return make_fx(torch.func.functionalize(fn, remove="mutations_and_views"))(x)
+
+
+def _random_calls(gm: torch.fx.GraphModule) -> list[str]:
+    names = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    return [name for name in names if any(word in name for word in ("rand", "bernoulli", "dropout", "inductor_"))]
+
+
+def _handed_to_inductor(fn, *, fallback_random: bool) -> torch.fx.GraphModule:
+    from passkit.passes.codegen_inductor import InductorOptions, _graph_for_inductor
+
+    return _graph_for_inductor(_traced_on_fake_cuda(fn), InductorOptions(fallback_random=fallback_random))
+
+
+def _dropout(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.dropout(x, 0.5, training=True) * 2
+
+
+def _keep_mask(x: torch.Tensor) -> torch.Tensor:
+    # A graph whose one op with a decomposition is ``bernoulli.p`` (DropPath-style masks): no
+    # other op makes codegen re-trace it.
+    return x * x.bernoulli(0.8)
+
+
+def test_cuda_dropout_under_fallback_random_reaches_inductor_whole_to_draw_eagers_masks() -> None:
+    graph = _handed_to_inductor(_dropout, fallback_random=True)
+    assert _random_calls(graph) == ["aten.native_dropout.default"]
+
+
+@pytest.mark.parametrize("fn", [_dropout, _keep_mask], ids=["dropout", "bernoulli"])
+def test_cuda_random_ops_without_fallback_random_become_inductors_philox_random(fn) -> None:
+    # As torch.compile: rand comparisons, which Inductor's post-grad pass turns into its
+    # seeded philox random; a bernoulli left whole would trip Inductor's CUDA lowering assert.
+    from torch._inductor.fx_passes.replace_random import replace_random_passes
+    from torch._inductor.virtualized import V
+
+    graph = _handed_to_inductor(fn, fallback_random=False)
+    assert _random_calls(graph) == ["aten.rand.default"]
+    fake_mode = next(n.meta["val"] for n in graph.graph.nodes if n.op == "placeholder").fake_mode
+    with V.set_fake_mode(fake_mode):
+        replace_random_passes(graph)
+    assert _random_calls(graph) == ["prims.inductor_seeds.default", "prims.inductor_lookup_seed.default", "prims.inductor_random.default"]
