@@ -38,3 +38,18 @@ def _isolated_process_state(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: p
     torch._dynamo.reset()
     torch.set_rng_state(rng)
     os.chdir(cwd)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return "gpu tests: run (CUDA present)" if torch.cuda.is_available() else "gpu tests: deselected (no CUDA device)"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``gpu`` need a CUDA device: without one they are deselected, not skipped,
+    so a skip in the summary always means coverage lost on a machine that should have it."""
+    if torch.cuda.is_available():
+        return
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if gpu:
+        config.hook.pytest_deselected(items=gpu)
+        items[:] = [item for item in items if item.get_closest_marker("gpu") is None]

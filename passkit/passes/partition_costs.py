@@ -11,7 +11,11 @@ Run time comes from one of two estimators:
   memory-bound.
 - ``profile``: each op runs on the program's device, with real tensors of the recorded shapes,
   strides and dtypes, and the best of a few runs is kept. Timings are cached per op, argument
-  shapes and device for the life of the process, so each distinct op is measured once.
+  shapes and device for the life of the process, so each distinct op is measured once. On a
+  GPU an op is timed with CUDA events around several back-to-back runs (the kernel's time,
+  not the launch's); an op whose made-up tensors would take more than
+  ``PROFILE_MEMORY_LIMIT`` bytes is estimated by ``flops`` instead, so compiling never takes
+  the memory a training step needs.
 
 Views, ``getitem`` and other aliasing ops cost nothing to recompute under both estimators. With
 ``fused_pointwise`` (a code generator that fuses, such as ``codegen.inductor``), pointwise ops cost
@@ -39,12 +43,17 @@ __all__ = ["storage_root", "node_bytes", "Estimator", "estimator_for", "clear_pr
 
 EstimatorName = Literal["flops", "profile"]
 
-# Peak figures per device type: FLOP/s, bytes/s, seconds of overhead per op call.
+# Peak figures per device type: FLOP/s, bytes/s, seconds of overhead per op call. A GPU's
+# FLOP/s are its tensor cores' for 16-bit floats (an H100/H200 sustains about 8e14 in bf16) and
+# about a tenth of that for 32-bit ones (TF32 aside).
 _RATES: dict[str, tuple[float, float, float]] = {
     "cpu": (5e10, 1e10, 3e-6),
-    "cuda": (5e13, 1.5e12, 6e-6),
+    "cuda": (8e14, 3e12, 6e-6),
 }
+_WIDE_FLOAT_SLOWDOWN = {"cuda": 10.0}
+PROFILE_MEMORY_LIMIT = 256 * 2**20
 _PROFILE_REPEATS = 3
+_GPU_REPEATS = 10
 # Ops torch's FLOP counter has no formula for, counted by the formula of an op with the same
 # arguments and work: the CPU's fused attention is the flash kernel's math on the CPU.
 _SAME_FLOPS_AS = {
@@ -166,9 +175,12 @@ class FlopsEstimator(Estimator):
     name = "flops"
 
     def seconds(self, node: Node) -> float:
-        peak, bandwidth, overhead = _RATES.get(_device_of(node).type, _RATES["cpu"])
+        device = _device_of(node).type
+        peak, bandwidth, overhead = _RATES.get(device, _RATES["cpu"])
         args, kwargs = _meta_args(node)
         out = node.meta.get("val")
+        if any(isinstance(v, torch.Tensor) and v.dtype in (torch.float32, torch.float64) for v in _values(out)):
+            peak /= _WIDE_FLOAT_SLOWDOWN.get(device, 1.0)
         moved = sum(_tensor_bytes(v) for v in _values((args, kwargs, out)) if isinstance(v, torch.Tensor))
         flops = 0
         packet = getattr(node.target, "overloadpacket", None)
@@ -213,6 +225,9 @@ class ProfileEstimator(Estimator):
     def seconds(self, node: Node) -> float:
         args, kwargs = _meta_args(node)
         device = _device_of(node)
+        made_up = sum(_tensor_bytes(v) for v in _values((args, kwargs, node.meta.get("val"))) if isinstance(v, torch.Tensor))
+        if made_up > PROFILE_MEMORY_LIMIT:
+            return self.fallback.seconds(node)
         key = (str(node.target), device.type, _torch.pytree.tree_map(_signature, (args, kwargs)).__repr__())
         if key not in _profile_cache:
             timing = self._time(node.target, args, kwargs, device)
@@ -227,22 +242,32 @@ class ProfileEstimator(Estimator):
         with _torch.no_fake_mode():
             try:
                 real_args, real_kwargs = _torch.pytree.tree_map(lambda v: _real(v, device), (args, kwargs))
-                best = float("inf")
                 with torch.no_grad():
-                    for _ in range(_PROFILE_REPEATS + 1):  # the first run pays one-time costs
-                        _sync(device)
+                    target(*real_args, **real_kwargs)  # the first run pays one-time costs
+                    if device.type == "cuda":
+                        return _gpu_seconds(lambda: target(*real_args, **real_kwargs), device)
+                    best = float("inf")
+                    for _ in range(_PROFILE_REPEATS):
                         started = time.perf_counter()
                         target(*real_args, **real_kwargs)
-                        _sync(device)
                         best = min(best, time.perf_counter() - started)
                 return best
             except Exception:  # an op that cannot run on made-up data: use the flops model
                 return None
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def _gpu_seconds(run: Callable[[], Any], device: torch.device) -> float:
+    """A GPU op's kernel time: CUDA events around back-to-back runs, so the queue stays full
+    and the host's launch latency is not what is measured."""
+    with torch.cuda.device(device):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(_GPU_REPEATS):
+            run()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000 / _GPU_REPEATS
+
 
 
 def estimator_for(name: EstimatorName, *, fused_pointwise: bool = False) -> Estimator:
