@@ -1,0 +1,44 @@
+"""``tools/gpu-check``, the one command for a GPU machine: without CUDA it says so in one line
+and exits 2, writing nothing; every Python file it runs imports here."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from importlib.machinery import SourceFileLoader
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU_CHECK = ROOT / "tools" / "gpu-check"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+def test_without_cuda_it_says_so_in_one_line_and_exits_2(tmp_path) -> None:
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, str(GPU_CHECK), str(out)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == "gpu-check: no CUDA device here (torch.cuda.is_available() is False); run it on a GPU machine\n"
+    assert not out.exists()
+
+
+def test_an_unknown_part_is_one_line(tmp_path) -> None:
+    result = subprocess.run([sys.executable, str(GPU_CHECK), str(tmp_path), "--parts", "speed"], capture_output=True,
+                            text=True, timeout=300)
+    assert (result.returncode, result.stderr) == (
+        2, "gpu-check: unknown part 'speed'; choose from correctness, cudagraphs, triton, step_time\n")
+
+
+@pytest.mark.parametrize("path", ["tools/gpu-check", "benchmarks/step_time.py", "benchmarks/triton_gpu.py"])
+def test_every_file_it_runs_imports(path: str, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "models"))
+    loader = SourceFileLoader(f"gpu_check_{Path(path).stem.replace('-', '_')}", str(ROOT / path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    monkeypatch.setitem(sys.modules, loader.name, module)  # dataclasses look their module up
+    loader.exec_module(module)
+    assert callable(module.main)
