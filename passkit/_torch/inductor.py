@@ -150,7 +150,7 @@ def inductor_compile(
 
 
 @contextlib.contextmanager
-def kernels_compiled_together(*, bundle: bool = True) -> Any:
+def kernels_compiled_together(*, bundle: bool = True, device_type: str = "cpu") -> Any:
     """Inside, a graph compiled on this thread does not wait for its kernels: they go on
     compiling in Inductor's worker processes while Python lowers the next graph (a training
     step's backward), and leaving waits for all of them. Inductor alone waits after each graph,
@@ -162,7 +162,19 @@ def kernels_compiled_together(*, bundle: bool = True) -> Any:
     The compiled callables must not run before the block is left (their kernels are bound then).
     Yields a ``KernelBuilds`` that counts, once the block is left, the C++ kernels and the
     libraries built for them. Other threads, and this one outside the block, compile as usual.
+
+    Off the CPU (``device_type``) the kernels are Triton's, and Inductor's FX graph cache stores
+    a graph's Triton binaries only if they are built by the time the graph is saved: waits are
+    not put off there, nothing is bundled, and the block counts the kernels Inductor generated.
     """
+    if device_type != "cpu":
+        from torch._inductor import metrics
+
+        generated = metrics.generated_kernel_count
+        builds = KernelBuilds()
+        yield builds
+        builds.triton_kernels = metrics.generated_kernel_count - generated
+        return
     block = _Block(KernelBundler(_compile_workers()) if bundle else None)
     originals = _hook_async_compile()
     outer, _this_thread.block = getattr(_this_thread, "block", None), block
@@ -241,10 +253,12 @@ def _unhook_async_compile() -> None:
 @dataclasses.dataclass
 class KernelBuilds:
     """The C++ kernels a ``kernels_compiled_together`` block asked for, and the libraries built
-    for them (0 and 0 without bundling: Inductor builds one library per kernel)."""
+    for them (0 and 0 without bundling: Inductor builds one library per kernel), or on a GPU the
+    Triton kernels it generated."""
 
     kernels: int = 0
     libraries: int = 0
+    triton_kernels: int = 0  # off the CPU: the kernels Inductor generated (none on an FX-cache hit)
 
 
 def _compile_workers() -> int:

@@ -320,17 +320,19 @@ def _compile_with_kernels_together(program: Program, options: InductorOptions, g
                                    compile_graphs: Callable[[Program, InductorOptions], None]) -> None:
     """Compile the program's graphs with their kernels built together (and bundled), then count
     the kernels and their libraries in the report row."""
+    device_type = _device_type(program.example_inputs) or "cpu"
     try:
-        with _torch.kernels_compiled_together(bundle=options.bundle_kernels) as builds:
+        with _torch.kernels_compiled_together(bundle=options.bundle_kernels, device_type=device_type) as builds:
             compile_graphs(program, options)
     except PassError:
         raise
     except Exception as exc:  # noqa: BLE001 - a kernel that fails to build, found once the graphs are lowered
-        building_on = _device_type(program.example_inputs)
-        raise PassError(inductor_fallback_message(graphs, program.training, exc, building_on=building_on)) from exc
+        raise PassError(inductor_fallback_message(graphs, program.training, exc, building_on=device_type)) from exc
     if builds.kernels:
         program.record_stat("cpp_kernels", builds.kernels)
         program.record_stat("kernel_libraries", builds.libraries)
+    if builds.triton_kernels:
+        program.record_stat("triton_kernels", builds.triton_kernels)
 
 
 def _device_type(values: Sequence[Any]) -> str | None:

@@ -141,7 +141,8 @@ def load(recipe: InductorRecipe) -> Callable[..., Any]:
         raise ValueError("the stored graph reloads to other code")
     examples = _torch.fakes_with_shape_env(recipe.inputs)
     graph_id, pair_state = _graph_id_and_device(recipe)
-    with _torch.kernels_compiled_together(bundle=recipe.bundle_kernels):
+    device_type = codegen_inductor._device_type(examples) or "cpu"
+    with _torch.kernels_compiled_together(bundle=recipe.bundle_kernels, device_type=device_type):
         compiled, _ = _torch.inductor_compile(
             graph, examples, is_backward=recipe.is_backward, is_inference=recipe.is_inference,
             static_input_idxs=recipe.static, user_visible_output_idxs=recipe.visible,

@@ -120,3 +120,19 @@ def test_cuda_random_ops_without_fallback_random_become_inductors_philox_random(
     with V.set_fake_mode(fake_mode):
         replace_random_passes(graph)
     assert _random_calls(graph) == ["prims.inductor_seeds.default", "prims.inductor_lookup_seed.default", "prims.inductor_random.default"]
+
+
+def test_gpu_kernels_are_waited_for_as_each_graph_compiles(monkeypatch) -> None:
+    # Inductor's FX graph cache stores a graph's Triton binaries only if they are built when the
+    # graph is saved: off the CPU, waits are not put off to the end of the block.
+    from torch._inductor.async_compile import AsyncCompile
+
+    from passkit import _torch
+
+    inductors_wait = AsyncCompile.wait
+    with _torch.kernels_compiled_together(device_type="cuda") as builds:
+        assert AsyncCompile.wait is inductors_wait
+    assert (builds.kernels, builds.libraries, builds.triton_kernels) == (0, 0, 0)
+    with _torch.kernels_compiled_together(device_type="cpu"):
+        assert AsyncCompile.wait is not inductors_wait
+    assert AsyncCompile.wait is inductors_wait
