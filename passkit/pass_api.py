@@ -19,10 +19,11 @@ import importlib.metadata
 import inspect
 import re
 import textwrap
+import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable
 
 import pydantic
 
@@ -197,11 +198,27 @@ def _options_from_signature(name: str, fn: Callable[..., Any]) -> type[pydantic.
             continue
         if param.kind is not param.KEYWORD_ONLY:
             raise TypeError(f"pass {name!r}: option {param.name!r} must be keyword-only (put it after '*')")
-        annotation = hints.get(param.name, Any)
+        annotation = _strict_scalars(hints.get(param.name, Any))
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (annotation, default)
     model_name = "".join(part.title() for part in re.split(r"[._]", name)) + "Options"
     return pydantic.create_model(model_name, __base__=_StrictOptions, **fields)
+
+
+_SCALARS = (bool, int, float, str)
+
+
+def _strict_scalars(annotation: Any) -> Any:
+    """``annotation`` with its scalar types strict: ``true`` is no ``int`` and ``"5"`` no number
+    (an ``int`` still fills a ``float``). Containers keep pydantic's conversions, so a TOML
+    array fills a ``tuple`` option."""
+    if annotation in _SCALARS:
+        return Annotated[annotation, pydantic.Strict()]
+    args = typing.get_args(annotation)
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        if all(arg in _SCALARS or arg is type(None) for arg in args):
+            return typing.Union[tuple(_strict_scalars(arg) for arg in args)]  # type: ignore[return-value]
+    return annotation
 
 
 def _takes_context(fn: Callable[..., Any]) -> bool:
