@@ -16,9 +16,10 @@ What the runtime wrapper relies on, and how it is kept:
   another layout (an expanded ``ones`` from ``sum().backward()``) is copied to the traced one;
 - each compiled graph is called boxed, with a fresh list per call (the generated code frees
   inputs from the list as soon as it can);
-- a mutated buffer (BatchNorm's running statistics) is written by the graph itself, in the
-  kernel that computes it, as torch's AOT keeps such mutations in the graph; its output slot
-  then holds ``None`` and the runtime writes nothing back there;
+- a mutated buffer (BatchNorm's running statistics), and in an inference graph any input
+  written under ``no_grad`` (a compiled optimizer step's parameters and state), is written by
+  the graph itself, in the kernel that computes it, as torch's AOT keeps such mutations in the
+  graph; its output slot then holds ``None`` and the runtime writes nothing back there;
 - each compiled callable carries what Inductor was given (``codegen_inductor_cache``), so the
   compile cache can store it; a later process compiles the stored graphs again and Inductor's
   FX graph cache, which static graphs now reach, answers with the code generated the first time.
