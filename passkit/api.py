@@ -25,6 +25,7 @@ from passkit import _torch
 from passkit.capture import program_from_graph
 from passkit.compile_options import apply_mode, record_report, split_options, warn_at_recompile_limit
 from passkit.errors import PasskitError
+from passkit.graph_attributes import lift_attributes
 from passkit.program import Program
 from passkit.report import Report, StepRecord
 from passkit.runtime import CompiledProgram
@@ -241,11 +242,16 @@ class PasskitBackend:
             except Exception as final:  # noqa: BLE001
                 return _raise_when_called(final)
 
-    def _compile_graph(self, gm: GraphModule, inputs: Sequence[Any], pipeline: Any) -> tuple[CompiledProgram, Report]:
-        program = program_from_graph(gm, inputs)
+    def _compile_graph(self, gm: GraphModule, inputs: Sequence[Any], pipeline: Any) -> tuple[Callable[..., Any], Report]:
+        # An optimizer's parameters and state reach the graph as attributes; as inputs, their
+        # updates are recorded and written back in place like any mutated input's.
+        gm, lifted = lift_attributes(gm)
+        inputs = [*lifted.tensors, *inputs]
+        kinds = [*lifted.kinds, *[None] * (len(inputs) - len(lifted.kinds))] if lifted.tensors else None
+        program = program_from_graph(gm, inputs, kinds=kinds)
         self.programs.append(program)
         compiled = compile_program(program, inputs, pipeline, reports=self.reports, progress=self.progress)
-        return compiled, self.reports[-1]
+        return lifted.bind(compiled), self.reports[-1]
 
 
 def backend(pipeline: Any = DEFAULT_PIPELINE, **settings: Any) -> PasskitBackend:

@@ -146,9 +146,12 @@ def _fake_inputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[Any]
 
 
 def program_from_graph(
-    gm: GraphModule, real_inputs: Sequence[Any], *, kinds: Sequence[str] | None = None
+    gm: GraphModule, real_inputs: Sequence[Any], *, kinds: Sequence[str | None] | None = None
 ) -> Program:
-    """Build a ``Program`` whose ``main`` is ``gm`` (Dynamo's graph or a captured trace)."""
+    """Build a ``Program`` whose ``main`` is ``gm`` (Dynamo's graph or a captured trace).
+
+    ``kinds`` names each input's kind; a ``None`` there (or no ``kinds``) is read off the input.
+    """
     _inline_checkpoint_regions(gm)
     _torch.specialize_float_inputs(gm)
     fakes, fake_mode = _fake_inputs(gm, real_inputs)
@@ -158,7 +161,7 @@ def program_from_graph(
     inputs = []
     for i, (node, value, fake) in enumerate(zip(placeholders, real_inputs, fakes)):
         node.meta["val"] = fake
-        kind = kinds[i] if kinds is not None else _input_kind(node.name, value)
+        kind = kinds[i] if kinds is not None and kinds[i] is not None else _input_kind(node.name, value)
         is_tensor = isinstance(value, torch.Tensor)
         inputs.append(
             InputInfo(

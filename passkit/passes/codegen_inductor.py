@@ -16,9 +16,10 @@ What the runtime wrapper relies on, and how it is kept:
   another layout (an expanded ``ones`` from ``sum().backward()``) is copied to the traced one;
 - each compiled graph is called boxed, with a fresh list per call (the generated code frees
   inputs from the list as soon as it can);
-- a mutated buffer (BatchNorm's running statistics) is written by the graph itself, in the
-  kernel that computes it, as torch's AOT keeps such mutations in the graph; its output slot
-  then holds ``None`` and the runtime writes nothing back there;
+- a mutated buffer (BatchNorm's running statistics), and in an inference graph any input
+  written under ``no_grad`` (a compiled optimizer step's parameters and state), is written by
+  the graph itself, in the kernel that computes it, as torch's AOT keeps such mutations in the
+  graph; its output slot then holds ``None`` and the runtime writes nothing back there;
 - each compiled callable carries what Inductor was given (``codegen_inductor_cache``), so the
   compile cache can store it; a later process compiles the stored graphs again and Inductor's
   FX graph cache, which static graphs now reach, answers with the code generated the first time.
@@ -143,7 +144,9 @@ def _mutations_to_write(program: Program, name: str) -> dict[int, int]:
     running statistics straight into the buffers, in the kernel that computes them, instead of
     returning a new tensor for the runtime to copy back. Only plain data writes to inputs that
     need no gradient qualify, and only when no other output shares the input's memory (a saved
-    value must keep the old data).
+    value must keep the old data). In an inference graph, which runs under ``no_grad``, so do
+    writes made under ``no_grad`` to inputs that need one: a compiled optimizer step updates its
+    parameters in the kernels that compute the update (``keep_inference_input_mutations``).
     """
     gm, io = program.graphs[name], program.io(name)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -153,7 +156,9 @@ def _mutations_to_write(program: Program, name: str) -> dict[int, int]:
     written: dict[int, int] = {}
     for k, desc in enumerate(io.outputs):
         info = program.signature.inputs[desc.index] if desc.kind == "mutation" else None
-        if info is None or info.requires_grad or info.mutates_metadata or not info.mutates_data:
+        if info is None or info.mutates_metadata or not info.mutates_data:
+            continue
+        if info.requires_grad and not (name == "main" and info.mutated_under_no_grad):
             continue
         p = position.get(desc.index)
         target = _torch.storage_of(placeholders[p].meta.get("val")) if p is not None else None
