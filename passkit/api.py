@@ -29,6 +29,7 @@ from passkit.program import Program
 from passkit.report import Report, StepRecord
 from passkit.runtime import CompiledProgram
 from passkit.saved_limit import SavedLedger, limited_steps
+from passkit.subclasses import SubclassProgram, flatten_subclasses, record_subclasses
 from passkit.user_warnings import warn_at_user_code
 
 __all__ = [
@@ -235,11 +236,18 @@ class PasskitBackend:
             except Exception as final:  # noqa: BLE001
                 return _raise_when_called(final)
 
-    def _compile_graph(self, gm: GraphModule, inputs: Sequence[Any], pipeline: Any) -> tuple[CompiledProgram, Report]:
-        program = program_from_graph(gm, inputs)
+    def _compile_graph(self, gm: GraphModule, inputs: Sequence[Any], pipeline: Any) -> tuple[Callable[..., Any], Report]:
+        flat = flatten_subclasses(gm, inputs)  # the first stage: passes see plain tensors only
+        if flat is None:
+            program = program_from_graph(gm, inputs)
+        else:
+            program = program_from_graph(flat.graph, flat.inputs)
+            source = record_subclasses(program, flat, gm)
+            inputs = flat.inputs
+            pipeline = pipeline.with_settings(cache="off")  # the key sees the flat graph, not the layouts
         self.programs.append(program)
         compiled = compile_program(program, inputs, pipeline, reports=self.reports, progress=self.progress)
-        return compiled, self.reports[-1]
+        return (compiled if flat is None else SubclassProgram(compiled, source)), self.reports[-1]
 
 
 def backend(pipeline: Any = DEFAULT_PIPELINE, **settings: Any) -> PasskitBackend:
