@@ -123,6 +123,13 @@ def flatten_subclasses(gm: GraphModule, real_inputs: Sequence[Any]) -> FlatGraph
         return tuple(flat_outs)
 
     flat_gm = torch_subclasses.trace_flat(flat_fn, fakes, flat_names)
+    if symbolic:  # capture then takes the inner tensors of Dynamo's fakes, not fresh static ones
+        placeholders = [n for n in flat_gm.graph.nodes if n.op == "placeholder"]
+        for node in flat_gm.graph.nodes:
+            if node.op != "output" and "val" in node.meta:
+                node.meta["example_value"] = node.meta["val"]
+        for node, fake in zip(placeholders, fakes):
+            node.meta["example_value"] = fake  # the trace's own copy lost requires_grad
     return FlatGraph(flat_gm, flat_inputs, in_layouts, list(out_layouts), names, symbolic)
 
 
@@ -153,7 +160,7 @@ def record_subclasses(program: Program, flat: FlatGraph, gm: GraphModule) -> Sub
     program.signature.subclass_outputs = _infos(flat.output_layouts)
     source = SubclassSource(gm, flat.input_layouts, flat.output_layouts, flat.input_names, flat.symbolic)
     program.notes["subclasses"] = source
-    if program.training:
+    if torch.is_grad_enabled() and any(info.requires_grad for info in program.signature.inputs):
         # Which outputs need grad is decided by the subclass values, as eager's autograd sees them.
         SubclassJoint(program, source)
         program.training = any(info.requires_grad for info in program.signature.outputs)
@@ -168,7 +175,10 @@ class _Unwrap(torch.autograd.Function):
     def forward(ctx: Any, grad_layout: Layout | None, value: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
         leaves = torch_subclasses.flatten_value(value)
         ctx.grad_layout = grad_layout
+        ctx.set_materialize_grads(False)
         ctx.shapes = [(leaf.shape, leaf.dtype, leaf.device) for leaf in leaves]
+        # A leaf without a gradient (a jagged tensor's offsets) is the input's own in its gradient.
+        ctx.kept_leaves = {k: leaf for k, leaf in enumerate(leaves) if not (leaf.is_floating_point() or leaf.is_complex())}
         ctx.mark_non_differentiable(*(leaf for leaf in leaves if not (leaf.is_floating_point() or leaf.is_complex())))
         # Aliases, so the autograd graph records them without touching the value's own inner tensors.
         return tuple(leaf.detach() for leaf in leaves)
@@ -178,8 +188,8 @@ class _Unwrap(torch.autograd.Function):
         if ctx.grad_layout is None or all(g is None for g in grads):
             return None, None
         filled = (
-            g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
-            for g, (shape, dtype, device) in zip(grads, ctx.shapes)
+            g if g is not None else ctx.kept_leaves[k] if k in ctx.kept_leaves else torch.zeros(shape, dtype=dtype, device=device)
+            for k, (g, (shape, dtype, device)) in enumerate(zip(grads, ctx.shapes))
         )
         return None, torch_subclasses.unflatten_value(ctx.grad_layout, filled, runtime=True)
 
