@@ -64,8 +64,8 @@ def _refuse_opaque(names: Sequence[str], values: Sequence[Any]) -> None:
     for name, value in zip(names, values):
         if torch_subclasses.is_subclass(value) and not torch_subclasses.is_traceable(value):
             raise PasskitError(
-                f"passkit: input '{name}' is a {type(value).__name__}, a tensor subclass without "
-                "__tensor_flatten__/__tensor_unflatten__; implement them, or pass a plain tensor"
+                f"passkit: input '{name}' is a tensor subclass ({type(value).__name__}) without "
+                "__tensor_flatten__/__tensor_unflatten__, so it cannot be compiled; implement them, or pass a plain tensor"
             )
 
 
@@ -180,8 +180,10 @@ class _Unwrap(torch.autograd.Function):
         # A leaf without a gradient (a jagged tensor's offsets) is the input's own in its gradient.
         ctx.kept_leaves = {k: leaf for k, leaf in enumerate(leaves) if not (leaf.is_floating_point() or leaf.is_complex())}
         ctx.mark_non_differentiable(*(leaf for leaf in leaves if not (leaf.is_floating_point() or leaf.is_complex())))
-        # Aliases, so the autograd graph records them without touching the value's own inner tensors.
-        return tuple(leaf.detach() for leaf in leaves)
+        # Aliases, so the autograd graph records them without touching the value's own inner
+        # tensors; the others are the value's own (outputs that share a jagged tensor's offsets
+        # share its ragged size, as in eager).
+        return tuple(leaf.detach() if k not in ctx.kept_leaves else leaf for k, leaf in enumerate(leaves))
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:  # type: ignore[override]
