@@ -22,14 +22,14 @@ import torch
 from torch.fx import GraphModule
 
 from passkit import _torch
-from passkit.capture import program_from_graph
+from passkit.capture import program_from_flat_graph, program_from_graph
 from passkit.compile_options import apply_mode, record_report, split_options, warn_at_recompile_limit
 from passkit.errors import PasskitError
 from passkit.program import Program
 from passkit.report import Report, StepRecord
 from passkit.runtime import CompiledProgram
 from passkit.saved_limit import SavedLedger, limited_steps
-from passkit.subclasses import SubclassProgram, flatten_subclasses, record_subclasses
+from passkit.subclasses import flatten_subclasses, with_subclasses
 from passkit.user_warnings import warn_at_user_code
 
 __all__ = [
@@ -119,6 +119,8 @@ def _compile_program(
     pm = get_plugin_manager()
     progress = progress or _log_progress(len(pipeline.steps))
     cache = CompileCache.for_compile(pipeline, program, plugins=[name for name, _ in pm.list_name_plugin()])
+    if "subclasses" in program.notes:
+        cache = None  # the key sees the flat graph, not the subclass layouts its joint depends on
     report = cache.load(program) if cache is not None else None
     if report is not None:
         for record in report.records:
@@ -241,13 +243,11 @@ class PasskitBackend:
         if flat is None:
             program = program_from_graph(gm, inputs)
         else:
-            program = program_from_graph(flat.graph, flat.inputs)
-            source = record_subclasses(program, flat, gm)
+            program = program_from_flat_graph(flat, gm)
             inputs = flat.inputs
-            pipeline = pipeline.with_settings(cache="off")  # the key sees the flat graph, not the layouts
         self.programs.append(program)
         compiled = compile_program(program, inputs, pipeline, reports=self.reports, progress=self.progress)
-        return (compiled if flat is None else SubclassProgram(compiled, source)), self.reports[-1]
+        return with_subclasses(compiled, program), self.reports[-1]
 
 
 def backend(pipeline: Any = DEFAULT_PIPELINE, **settings: Any) -> PasskitBackend:

@@ -36,6 +36,7 @@ class SubclassSource:
     output_layouts: list[Layout | None]
     input_names: list[str]  # one per caller input
     symbolic: bool
+    flat_inputs: list[Any] = field(default_factory=list)  # the real inner tensors it was compiled for
     grad_layouts: dict[int, Layout] = field(default_factory=dict)
 
     def spans(self, layouts: Sequence[Layout | None]) -> list[range]:

@@ -30,7 +30,7 @@ from passkit.errors import PasskitError
 from passkit.program import Program, SubclassInfo
 from passkit.subclass_autodiff import SubclassJoint, SubclassSource
 
-__all__ = ["FlatGraph", "SubclassProgram", "flatten_subclasses", "record_subclasses"]
+__all__ = ["FlatGraph", "SubclassProgram", "flatten_subclasses", "record_subclasses", "with_subclasses", "flat_inputs"]
 
 STAGE = "flatten_subclasses"
 
@@ -45,6 +45,7 @@ class FlatGraph:
     output_layouts: list[Layout | None]
     input_names: list[str]  # the captured graph's, one per caller input
     symbolic: bool = False  # sizes are symbols: subclasses derive their outer size from inner tensors
+    kinds: list[str] | None = None  # each flat input's kind, where the caller gave kinds
 
 
 def _placeholder_values(gm: GraphModule, key: str) -> list[Any] | None:
@@ -75,15 +76,17 @@ def _leaf_stand_in(leaf: torch.Tensor, layout: Layout) -> torch.Tensor:
     return leaf.detach().requires_grad_(needs_grad) if needs_grad != leaf.requires_grad else leaf
 
 
-def flatten_subclasses(gm: GraphModule, real_inputs: Sequence[Any]) -> FlatGraph | None:
+def flatten_subclasses(
+    gm: GraphModule, real_inputs: Sequence[Any], kinds: Sequence[str] | None = None
+) -> FlatGraph | None:
     """The ``flatten_subclasses`` stage over one captured graph; None when it holds no subclass.
 
     Raises:
         PasskitError: an input is a subclass that cannot be flattened (no ``__tensor_flatten__``).
     """
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    traced_inputs = _placeholder_values(gm, "example_value")
-    traced_outputs = _output_values(gm, "example_value") if traced_inputs is not None else []
+    traced_inputs = _placeholder_values(gm, "example_value")  # Dynamo's; make_fx's graphs have "val"
+    traced_outputs = _output_values(gm, "example_value" if traced_inputs is not None else "val")
     _refuse_opaque(names, real_inputs)
     if not any(map(torch_subclasses.is_subclass, [*real_inputs, *traced_outputs])):
         return None
@@ -94,13 +97,16 @@ def flatten_subclasses(gm: GraphModule, real_inputs: Sequence[Any]) -> FlatGraph
     in_layouts = [torch_subclasses.layout_of(x) if torch_subclasses.is_subclass(x) else None for x in described]
     flat_inputs: list[Any] = []
     flat_names: list[str] = []
-    for name, value, layout in zip(names, real_inputs, in_layouts):
+    flat_kinds: list[str] = []
+    for name, value, layout, kind in zip(names, real_inputs, in_layouts, kinds or ["user"] * len(names)):
         if layout is None:
             flat_inputs.append(value)
             flat_names.append(name)
+            flat_kinds.append(kind)
             continue
         flat_inputs += [_leaf_stand_in(leaf, layout) for leaf in torch_subclasses.flatten_value(value)]
         flat_names += layout.leaf_names(name)
+        flat_kinds += [kind] * layout.leaves
     if symbolic:
         fakes = _flat_dynamo_fakes(traced_inputs, in_layouts)
     else:
@@ -130,7 +136,7 @@ def flatten_subclasses(gm: GraphModule, real_inputs: Sequence[Any]) -> FlatGraph
                 node.meta["example_value"] = node.meta["val"]
         for node, fake in zip(placeholders, fakes):
             node.meta["example_value"] = fake  # the trace's own copy lost requires_grad
-    return FlatGraph(flat_gm, flat_inputs, in_layouts, list(out_layouts), names, symbolic)
+    return FlatGraph(flat_gm, flat_inputs, in_layouts, list(out_layouts), names, symbolic, flat_kinds if kinds else None)
 
 
 def _flat_dynamo_fakes(traced: Sequence[Any], layouts: Sequence[Layout | None]) -> list[Any]:
@@ -158,7 +164,7 @@ def record_subclasses(program: Program, flat: FlatGraph, gm: GraphModule) -> Sub
     keep the captured graph over subclass values for ``joint`` (``program.notes["subclasses"]``)."""
     program.signature.subclass_inputs = _infos(flat.input_layouts)
     program.signature.subclass_outputs = _infos(flat.output_layouts)
-    source = SubclassSource(gm, flat.input_layouts, flat.output_layouts, flat.input_names, flat.symbolic)
+    source = SubclassSource(gm, flat.input_layouts, flat.output_layouts, flat.input_names, flat.symbolic, flat.inputs)
     program.notes["subclasses"] = source
     if torch.is_grad_enabled() and any(info.requires_grad for info in program.signature.inputs):
         # Which outputs need grad is decided by the subclass values, as eager's autograd sees them.
@@ -216,7 +222,9 @@ class _Wrap(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, layout: Layout, *leaves: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         ctx.layout = layout
-        return torch_subclasses.unflatten_value(layout, iter(leaves), runtime=True)
+        # The subclass value carries the history; its inner tensors carry none, as in eager.
+        plain = (leaf.detach() if isinstance(leaf, torch.Tensor) and leaf.requires_grad else leaf for leaf in leaves)
+        return torch_subclasses.unflatten_value(layout, plain, runtime=True)
 
     @staticmethod
     def backward(ctx: Any, grad: Any) -> tuple[Any, ...]:  # type: ignore[override]
@@ -252,3 +260,15 @@ class SubclassProgram:
             else:
                 results.append(torch_subclasses.unflatten_value(layout, iter(leaves), runtime=True))
         return tuple(results)
+
+
+def with_subclasses(compiled: Callable[..., Any], program: Program) -> Callable[..., Any]:
+    """``compiled`` as the caller calls it: with its subclass values, where the program has any."""
+    source = program.notes.get("subclasses")
+    return compiled if source is None else SubclassProgram(compiled, source)
+
+
+def flat_inputs(program: Program, real_inputs: Sequence[Any]) -> list[Any]:
+    """The inputs of the flat program (the subclass values' inner tensors), for compiling it."""
+    source = program.notes.get("subclasses")
+    return list(real_inputs) if source is None else source.flat_inputs

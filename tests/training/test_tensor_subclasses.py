@@ -177,3 +177,20 @@ def test_a_jagged_nested_tensor_through_a_linear_matches_eager(pipeline: str, re
         for name, g, w in zip(("weight", "bias", "x"), got, want):
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}.grad: {m}")
         assert x.grad.is_nested
+
+
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_aot_module_with_two_tensor_parameters_matches_eager(pipeline: str) -> None:
+    eager, model = _two_tensor_linear(), _two_tensor_linear()
+    x = _two(3, (2, 4), requires_grad=True)
+    x_eager = _two(3, (2, 4), requires_grad=True)
+    compiled = passkit.aot_module(model, pipeline)
+    out, expected = compiled(x), eager(x_eager)
+    assert compiled.passkit_reports and not compiled.passkit_fallbacks
+    _assert_same(out, expected, "output")
+    assert not out.a.requires_grad and out.requires_grad
+    (out * out).sum().backward()
+    (expected * expected).sum().backward()
+    _assert_same(x.grad, x_eager.grad, "x.grad")
+    for (name, want), got in zip(eager.named_parameters(), model.parameters()):
+        _assert_same(got.grad, want.grad, f"{name}.grad")
