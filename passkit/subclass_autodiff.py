@@ -99,7 +99,8 @@ class SubclassJoint:
             args.append(value)
         return args
 
-    def _run(self, primals: Sequence[Any]) -> tuple[list[Any], list[Any]] | list[Any]:
+    def _run(self, primals: Sequence[Any]) -> list[Any]:
+        # The subclass values of this run stay for ``_grads``, which differentiates with respect to them.
         self.last_args = self._args(primals)
         outs = torch.fx.Interpreter(self.source.graph).run(*self.last_args)
         return list(outs) if isinstance(outs, (tuple, list)) else [outs]
@@ -156,9 +157,10 @@ class SubclassJoint:
         flat_outs = self._flatten(outs)
         grads = self._grads(outs, tangents, flat_outs) if self.diff_values and self.wrt else [None] * len(self.wrt)
         grad_of = dict(zip(self.wrt, grads))
+        owner = {i: p for p, span in enumerate(self.in_spans) for i in span}
         flat_grads = []
         for i in self.grad_inputs:
-            p = next(p for p, span in enumerate(self.in_spans) if i in span)
+            p = owner[i]
             grad = grad_of.get(p)
             if grad is None or self.source.input_layouts[p] is None:
                 flat_grads.append(grad)

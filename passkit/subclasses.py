@@ -228,7 +228,7 @@ class _Wrap(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Any) -> tuple[Any, ...]:  # type: ignore[override]
-        return (None, *torch_subclasses.flatten_value(_as_traced_tangent(grad, ctx.layout)))
+        return (None, *torch_subclasses.leaves_like(_as_traced_tangent(grad, ctx.layout), ctx.layout))
 
 
 class SubclassProgram:

@@ -20,7 +20,7 @@ from torch.fx import traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-__all__ = ["Layout", "is_subclass", "is_traceable", "layout_of", "flatten_value", "unflatten_value", "trace_flat"]
+__all__ = ["Layout", "is_subclass", "is_traceable", "layout_of", "flatten_value", "leaves_like", "unflatten_value", "trace_flat"]
 
 
 def is_subclass(value: Any) -> bool:
@@ -95,6 +95,21 @@ def flatten_value(value: torch.Tensor) -> list[torch.Tensor]:
         part = getattr(value, attr)
         if isinstance(part, torch.Tensor):
             leaves += flatten_value(part) if is_subclass(part) else [part]
+    return leaves
+
+
+def leaves_like(value: Any, layout: Layout) -> list[Any]:
+    """The plain tensors of ``value`` in the places ``layout`` has them, None where ``value`` has
+    none (a gradient may lack what the value had: a jagged tensor's cached sequence lengths)."""
+    leaves: list[Any] = []
+    for attr, sub in layout.inner.items():
+        part = getattr(value, attr, None)
+        if sub is None:
+            leaves.append(part if isinstance(part, torch.Tensor) else None)
+        elif is_subclass(part):
+            leaves += leaves_like(part, sub)
+        else:
+            leaves += [None] * sub.leaves
     return leaves
 
 
