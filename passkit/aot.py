@@ -20,6 +20,7 @@ from passkit.api import DEFAULT_PIPELINE, _Fallback, _resolve, compile_program
 from passkit.capture import program_from_function
 from passkit.data_dependent import explain_data_dependent
 from passkit.report import Report
+from passkit.subclasses import flat_inputs, with_subclasses
 
 __all__ = ["aot_function", "aot_module", "AotModule"]
 
@@ -100,8 +101,8 @@ class _TracedCache:
             # random numbers must still be there for the compiled call, as in eager.
             with _TRACE_LOCK, torch.random.fork_rng(devices=[]), _torch.saved_tensors_hooks_deferred():
                 program = program_from_function(flat_fn, unique, kinds=kinds)
-                compiled = compile_program(program, unique, self.pipeline, reports=self.reports)
-            return compiled, out_spec_box[0]
+                compiled = compile_program(program, flat_inputs(program, unique), self.pipeline, reports=self.reports)
+            return with_subclasses(compiled, program), out_spec_box[0]
         except Exception as exc:  # noqa: BLE001 - every failure goes through on_error
 
             def eager(*tensors: Any) -> Any:

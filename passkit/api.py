@@ -22,7 +22,7 @@ import torch
 from torch.fx import GraphModule
 
 from passkit import _torch
-from passkit.capture import program_from_graph
+from passkit.capture import program_from_flat_graph, program_from_graph
 from passkit.compile_options import apply_mode, record_report, split_options, warn_at_recompile_limit
 from passkit.errors import PasskitError
 from passkit.graph_attributes import lift_attributes
@@ -30,6 +30,7 @@ from passkit.program import Program
 from passkit.report import Report, StepRecord
 from passkit.runtime import CompiledProgram
 from passkit.saved_limit import SavedLedger, limited_steps
+from passkit.subclasses import flatten_subclasses, with_subclasses
 from passkit.user_warnings import warn_at_user_code
 
 __all__ = [
@@ -119,6 +120,8 @@ def _compile_program(
     pm = get_plugin_manager()
     progress = progress or _log_progress(len(pipeline.steps))
     cache = CompileCache.for_compile(pipeline, program, plugins=[name for name, _ in pm.list_name_plugin()])
+    if "subclasses" in program.notes:
+        cache = None  # the key sees the flat graph, not the subclass layouts its joint depends on
     report = cache.load(program) if cache is not None else None
     if report is not None:
         for record in report.records:
@@ -248,10 +251,15 @@ class PasskitBackend:
         gm, lifted = lift_attributes(gm)
         inputs = [*lifted.tensors, *inputs]
         kinds = [*lifted.kinds, *[None] * (len(inputs) - len(lifted.kinds))] if lifted.tensors else None
-        program = program_from_graph(gm, inputs, kinds=kinds)
+        flat = flatten_subclasses(gm, inputs, kinds)  # the first stage: passes see plain tensors only
+        if flat is None:
+            program = program_from_graph(gm, inputs, kinds=kinds)
+        else:
+            program = program_from_flat_graph(flat, gm)
+            inputs = flat.inputs
         self.programs.append(program)
         compiled = compile_program(program, inputs, pipeline, reports=self.reports, progress=self.progress)
-        return lifted.bind(compiled), self.reports[-1]
+        return lifted.bind(with_subclasses(compiled, program)), self.reports[-1]
 
 
 def backend(pipeline: Any = DEFAULT_PIPELINE, **settings: Any) -> PasskitBackend:

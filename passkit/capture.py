@@ -16,9 +16,10 @@ from torch.fx import GraphModule
 from passkit import _torch
 from passkit.errors import PasskitError
 from passkit.program import Desc, GraphIO, InputInfo, OutputInfo, Program, Signature
+from passkit.subclasses import FlatGraph, flatten_subclasses, record_subclasses
 from passkit.traced_autograd import TapeObserver
 
-__all__ = ["LOST_VALUE_ERROR", "program_from_graph", "program_from_function"]
+__all__ = ["LOST_VALUE_ERROR", "program_from_graph", "program_from_flat_graph", "program_from_function"]
 
 LOST_VALUE_ERROR = (
     "passkit: tracing the program lost track of a tensor it computes (it became a constant of "
@@ -214,6 +215,9 @@ def program_from_function(
     try:
         gm = _torch.trace_graph(flat_fn, fakes(), pre_dispatch=True)
         if not _torch.uses_functorch(gm) and not _torch.holds_fake_constants(gm):
+            flat = flatten_subclasses(gm, real_inputs, kinds)
+            if flat is not None:  # the tape saw the subclass values: the stage decides the flags
+                return program_from_flat_graph(flat, gm)
             return _with_traced_requires_grad(program_from_graph(gm, real_inputs, kinds=kinds), tape)
     except PasskitError:
         raise
@@ -223,6 +227,13 @@ def program_from_function(
     if _torch.holds_fake_constants(gm):
         raise PasskitError(LOST_VALUE_ERROR)
     return _with_traced_requires_grad(program_from_graph(gm, real_inputs, kinds=kinds), tape)
+
+
+def program_from_flat_graph(flat: FlatGraph, gm: GraphModule) -> Program:
+    """The program of a graph ``flatten_subclasses`` took apart; ``gm`` is the graph over subclasses."""
+    program = program_from_graph(flat.graph, flat.inputs, kinds=flat.kinds)
+    record_subclasses(program, flat, gm)
+    return program
 
 
 def _with_traced_requires_grad(program: Program, tape: TapeObserver) -> Program:

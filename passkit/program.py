@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from torch.fx import GraphModule
 
 
-__all__ = ["Desc", "GraphIO", "InputInfo", "OutputInfo", "Signature", "TargetOpset", "Program"]
+__all__ = ["Desc", "GraphIO", "InputInfo", "OutputInfo", "SubclassInfo", "Signature", "TargetOpset", "Program"]
 
 DescKind = Literal["param", "buffer", "user", "tangent", "mutation", "grad", "saved"]
 
@@ -85,13 +85,33 @@ class OutputInfo:
     detached: bool = False  # shares an input's memory without being its view (``detach()``)
 
 
+@dataclass(frozen=True)
+class SubclassInfo:
+    """A tensor subclass the caller passes or gets, flattened by ``flatten_subclasses``.
+
+    ``position`` is its place among the caller's inputs (or outputs), ``flat`` the positions of
+    its plain inner tensors among the program's inputs (or ``main``'s user outputs), and
+    ``layout`` what it is built of, e.g. ``TwoTensor(a, b)``.
+    """
+
+    position: int
+    layout: str
+    flat: tuple[int, ...]
+
+
 @dataclass
 class Signature:
-    """The callable's interface and every graph's descriptors."""
+    """The callable's interface and every graph's descriptors.
+
+    ``inputs`` and ``outputs`` are plain tensors; the subclasses the caller sees are recorded in
+    ``subclass_inputs`` and ``subclass_outputs``.
+    """
 
     inputs: list[InputInfo]
     outputs: list[OutputInfo]
     graph_io: dict[str, GraphIO] = field(default_factory=dict)
+    subclass_inputs: list[SubclassInfo] = field(default_factory=list)
+    subclass_outputs: list[SubclassInfo] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from passkit.autodiff import JointPlan, make_joint_fn
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
 from passkit.program import Desc, GraphIO, Program
+from passkit.subclass_autodiff import SubclassJoint
 
 __all__ = ["joint"]
 
@@ -46,10 +47,14 @@ def _lowering_table(program: Program) -> dict[Any, Any] | None:
 @graph_pass("joint", requires={"functional"}, produces={"joint"}, training_only=True)
 def joint(program: Program) -> bool:
     """Trace forward and backward into one graph of primals and tangents."""
-    plan = JointPlan(program)
-    names = [f"primals_{i + 1}" for i in range(len(plan.io.inputs))]
+    # A program over tensor subclasses is differentiated at their level (``subclass_autodiff``).
+    source = program.notes.get("subclasses")
+    plan = JointPlan(program) if source is None else SubclassJoint(program, source)
+    io = program.io("main")
+    names = [f"primals_{i + 1}" for i in range(len(io.inputs))]
     names += [f"tangents_{k + 1}" for k in range(len(plan.diff_outputs))]
     args = [*program.example_inputs, *plan.tangent_examples]
+    joint_fn = make_joint_fn(plan) if source is None else plan
     table = _lowering_table(program)
     # Most backward formulas are out-of-place, and the plain trace is cheaper; a graph that came
     # out with in-place ops is traced again under functionalization. The plain trace leaves
@@ -57,19 +62,19 @@ def joint(program: Program) -> bool:
     # ``out`` (``mm.out`` in Inductor's table, called by linear_cross_entropy's backward), and
     # functionalization turns such an op into its functional form before the table sees it.
     plain_table = None if table is None else {op: fn for op, fn in table.items() if not _torch.op_mutates(op)}
-    gm = _torch.trace_graph(make_joint_fn(plan), args, pre_dispatch=False, decompositions=plain_table, arg_names=names)
+    gm = _torch.trace_graph(joint_fn, args, pre_dispatch=False, decompositions=plain_table, arg_names=names)
     if _torch.has_mutations(gm):
         gm, mutations = _torch.functional_trace(
-            make_joint_fn(plan), args, pre_dispatch=False, decompositions=table, arg_names=names
+            joint_fn, args, pre_dispatch=False, decompositions=table, arg_names=names
         )
         if mutations:
             raise RuntimeError(f"joint trace mutated its inputs: {mutations}")
     gm.graph.eliminate_dead_code()
-    _tag_forward_and_backward(gm, len(plan.io.outputs))
+    _tag_forward_and_backward(gm, len(io.outputs))
     gm.recompile()
     io = GraphIO(
-        inputs=list(plan.io.inputs) + [Desc("tangent", k) for k in plan.diff_outputs],
-        outputs=list(plan.io.outputs) + [Desc("grad", i) for i in plan.grad_inputs],
+        inputs=list(io.inputs) + [Desc("tangent", k) for k in plan.diff_outputs],
+        outputs=list(io.outputs) + [Desc("grad", i) for i in plan.grad_inputs],
     )
     program.drop_graph("main")
     program.set_graph("joint", gm, io)

@@ -1,0 +1,136 @@
+"""Compiled tensor parallelism (DTensor parameters) gives eager's outputs and gradients on every rank.
+
+Two gloo ranks on the CPU; ``parallelize_module`` shards an MLP (``ColwiseParallel`` then
+``RowwiseParallel``) and an attention block (q, k, v column-wise, the output projection
+row-wise). The DTensor parameters reach passkit as graph inputs; ``flatten_subclasses`` takes
+them apart into their local shards, and ``joint`` differentiates at the DTensor level, so the
+backward's collectives are DTensor's own. Each rank compares the forward and every parameter's
+local gradient with the eager model, on ``training`` and ``training-python``, and with
+``torch.compile(backend="aot_eager")``. The ranks run under a deadline, so a deadlock fails.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+pytestmark = pytest.mark.slow
+
+DEADLINE_S = 420
+BACKENDS = ("training", "training-python", "aot_eager")
+KINDS = ("mlp", "attention")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class _MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(16, 32)
+        self.down = nn.Linear(32, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+class _Attention(nn.Module):
+    def __init__(self, dim: int = 16, heads: int = 4) -> None:
+        super().__init__()
+        self.head_dim = dim // heads
+        self.q, self.k, self.v = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.o = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        # -1 heads: each rank holds its share of them.
+        q, k, v = (proj(x).view(batch, seq, -1, self.head_dim).transpose(1, 2) for proj in (self.q, self.k, self.v))
+        attended = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return x + self.o(attended.transpose(1, 2).reshape(batch, seq, -1))
+
+
+def _parallel(kind: str, mesh: object) -> nn.Module:
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    torch.manual_seed(0)
+    if kind == "mlp":
+        model, plan = _MLP(), {"up": ColwiseParallel(), "down": RowwiseParallel()}
+    else:
+        model = _Attention()
+        plan = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(), "o": RowwiseParallel()}
+    return parallelize_module(model, mesh, plan)
+
+
+def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
+    import passkit
+    from torch.distributed.device_mesh import init_device_mesh
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        torch.set_num_threads(1)
+        mesh = init_device_mesh("cpu", (world,))
+        results: dict[tuple[str, str], object] = {}
+        for kind in KINDS:
+            base = _parallel(kind, mesh)
+            torch.manual_seed(5)  # the same input on every rank, as tensor parallelism expects
+            x = torch.randn(2, 6, 16) if kind == "attention" else torch.randn(4, 16)
+            for name in ("eager", *BACKENDS):
+                model = copy.deepcopy(base)
+                torch._dynamo.reset()
+                backend = passkit.backend(name) if name.startswith("training") else name
+                runner = model if name == "eager" else torch.compile(model, backend=backend)
+                out = runner(x)
+                out.square().sum().backward()
+                grads = {n: p.grad.to_local().clone() for n, p in model.named_parameters()}
+                placements = {n: tuple(p.grad.placements) for n, p in model.named_parameters()}
+                compiled = not isinstance(backend, str) and bool(backend.reports) and not backend.fallbacks
+                results[kind, name] = (out.detach(), grads, placements, compiled)
+        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawn_with_deadline(fn: object, args: tuple, world: int) -> None:
+    context = mp.spawn(fn, args=args, nprocs=world, join=False)
+    deadline = time.monotonic() + DEADLINE_S
+    while not context.join(timeout=5):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                if process.is_alive():
+                    process.kill()
+            pytest.fail(f"the ranks did not finish within {DEADLINE_S} s (a deadlock?)")
+
+
+def test_tensor_parallel_training_matches_eager_on_every_rank(tmp_path) -> None:
+    # Both models in one pair of ranks: starting the processes and compiling the first graph
+    # cost more than each model's own compiles.
+    world = 2
+    _spawn_with_deadline(_rank_main, (world, _free_port(), str(tmp_path)), world)
+    for rank in range(world):
+        results = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
+        for kind in KINDS:
+            out_e, grads_e, placements_e, _ = results[kind, "eager"]
+            for name in BACKENDS:
+                out, grads, placements, compiled = results[kind, name]
+                where = f"{kind}, rank {rank}, {name}"
+                if name != "aot_eager":
+                    assert compiled, f"{where}: passkit compiled nothing"
+                torch.testing.assert_close(out, out_e, rtol=1e-5, atol=1e-5, msg=lambda m: f"{where} output: {m}")
+                assert placements == placements_e, where
+                assert set(grads) == set(grads_e), where
+                for param, grad in grads_e.items():
+                    torch.testing.assert_close(
+                        grads[param], grad, rtol=1e-5, atol=1e-5, msg=lambda m: f"{where} {param}.grad: {m}"
+                    )
