@@ -12,14 +12,14 @@ the launcher lists, its ATen submodule runs, so results never depend on whether 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import pydantic
 import torch
 from torch.fx import Graph, GraphModule, Node
 
 import passkit
-from passkit_triton.kernels import kernel_spec
+from passkit_triton.kernels import KernelSpec, kernel_spec
 from passkit_triton.launch import RegionLauncher
 
 __all__ = ["CodegenOptions", "codegen_triton", "compile_graph", "domain_recipe"]
@@ -32,7 +32,7 @@ class CodegenOptions(pydantic.BaseModel):
 
     num_warps: int | None = pydantic.Field(default=None, ge=1, le=32)
     block_sizes: list[int] = pydantic.Field(default_factory=lambda: [1024, 256, 2048, 4096], min_length=1)
-    autotune: bool = True
+    autotune: bool = False
     dtype_policy: Literal["keep", "fp32"] = "fp32"
     max_row: int = pydantic.Field(default=16384, ge=1)
 
@@ -69,14 +69,26 @@ def domain_recipe(sub: GraphModule, domain: list[str]) -> tuple[tuple[int, int] 
     return tuple(recipe)
 
 
+def _variants(sub: GraphModule, rank: int, policy: Literal["keep", "fp32"]) -> Callable[[bool, bool], KernelSpec]:
+    """The region's other kernels (looped rows, int64 offsets), each written when first needed."""
+    made: dict[tuple[bool, bool], KernelSpec] = {}
+
+    def variant(looped: bool, wide: bool) -> KernelSpec:
+        if (looped, wide) not in made:
+            made[looped, wide] = kernel_spec(sub, rank=rank, policy=policy, looped=looped, wide=wide)
+        return made[looped, wide]
+
+    return variant
+
+
 def _region_callable(name: str, sub: GraphModule, region: dict[str, Any], options: CodegenOptions) -> tuple[Any, bool]:
     """The function the compiled graph calls for one region, and whether it runs a kernel."""
     recipe = domain_recipe(sub, region["domain"])
     launcher: Any = sub.forward
     if recipe is not None:
-        spec = kernel_spec(sub, rank=max(1, len(region["domain"])), policy=options.dtype_policy)
+        rank = max(1, len(region["domain"]))
         launcher = RegionLauncher(
-            spec=spec,
+            spec=kernel_spec(sub, rank=rank, policy=options.dtype_policy),
             recipe=recipe,
             domain_rank=len(region["domain"]),
             fallback=sub.forward,
@@ -84,6 +96,7 @@ def _region_callable(name: str, sub: GraphModule, region: dict[str, Any], option
             num_warps=options.num_warps,
             autotune=options.autotune,
             max_row=options.max_row,
+            variant=_variants(sub, rank, options.dtype_policy),
         )
 
     def run_region(*inputs: Any) -> Any:

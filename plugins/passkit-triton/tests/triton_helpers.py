@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
+import pytest
 import torch
 
 import passkit
@@ -38,3 +39,8 @@ def launchers(program: Any, graph: str = "main") -> list[RegionLauncher]:
         if isinstance(launcher, RegionLauncher):
             found.append(launcher)
     return found
+
+
+def gpu(test: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a test that needs CUDA: ``gpu``, and skipped where there is none."""
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")(test))
