@@ -34,9 +34,11 @@ if not HAS_CUDA and "triton" not in sys.modules:
 
 
 @pytest.fixture(autouse=True)
-def _interpret_without_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+def _interpret_without_cuda(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     if not HAS_CUDA:
         monkeypatch.setenv("TRITON_INTERPRET", "1")
+    # Compiled programs are cached: each test starts from an empty compile cache of its own.
+    monkeypatch.setenv("PASSKIT_CACHE_DIR", str(tmp_path_factory.mktemp("passkit-cache")))
 
 
 @pytest.fixture

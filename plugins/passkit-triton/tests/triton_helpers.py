@@ -32,13 +32,7 @@ def pipeline_options(pipeline: str, step_id: str) -> dict[str, Any]:
 
 def launchers(program: Any, graph: str = "main") -> list[RegionLauncher]:
     """The kernel launchers that a compiled graph calls, in graph order."""
-    compiled = program.compiled[graph].__self__
-    found = []
-    for node in compiled.graph.nodes:
-        launcher = getattr(node.target, "launcher", None)
-        if isinstance(launcher, RegionLauncher):
-            found.append(launcher)
-    return found
+    return program.compiled[graph].launchers()
 
 
 def gpu(test: Callable[..., Any]) -> Callable[..., Any]:
