@@ -137,6 +137,28 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits, target)
 
 
+LOOPED = {
+    "sum_flat": lambda x: (x * x).sum(-1).sqrt(),
+    "mean_epilogue": lambda x: (x - x.mean(-1, keepdim=True)).relu() * 2,
+    "unbiased_var": lambda x: torch.var_mean(x * 3, dim=-1, keepdim=True, correction=1),
+    "amin_and_amax": lambda x: (x * 2).amin(-1) - (x * 2).amax(-1),
+    "log_softmax": lambda x: torch.log_softmax(x * 2, -1),
+}
+
+
+@pytest.mark.parametrize("name", list(LOOPED))
+def test_every_reduction_has_a_looped_kernel(triton_compile, device, name) -> None:
+    fn = LOOPED[name]
+    x = torch.randn(3, 2, 100, device=device)
+    program = triton_compile(fn, x, max_row=16, block_sizes=[32])
+    expected = fn(x)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    for actual, wanted in zip(program.compiled["main"](x), expected, strict=True):
+        torch.testing.assert_close(actual, wanted, rtol=1e-5, atol=1e-5)
+    plans = [plan for launcher in launchers(program) for plan in launcher.plans.values()]
+    assert plans and all(plan.spec.looped and plan.config.block_n == 32 for plan in plans)
+
+
 @pytest.mark.slow
 def test_rows_of_forty_thousand_run_the_looped_kernel(triton_compile, device) -> None:
     torch.manual_seed(0)
