@@ -323,18 +323,25 @@ class RegionLauncher:
             plan.bound = _bind(compiled, plan.grid, plan.device)
 
 
+def _hooked(hook: Any) -> bool:
+    """Whether a Triton launch hook is installed (a profiler): not None, nor an empty HookChain (newer Triton)."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
 def _bind(compiled: Any, grid: tuple[int, int], device: torch.device) -> Callable[[list[Any], Config], None] | None:
     """A direct call of ``compiled``'s launcher, or None where this Triton's layout is not known.
 
     Triton 3.3 and later pass every argument, constexprs included, after the grid, stream,
-    function, metadata and hooks; the hooks are used only when a profiler installed them.
+    function, metadata and hooks. Where a profiler has installed launch hooks when the kernel is
+    bound, its launches keep going through the JIT, which calls them.
     """
     try:
         from triton import knobs
         from triton.runtime.driver import driver
     except ImportError:
         return None
-    if knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None:
+    runtime = getattr(knobs, "runtime", None)
+    if runtime is None or any(_hooked(getattr(runtime, name, None)) for name in ("launch_enter_hook", "launch_exit_hook")):
         return None
     if not all(hasattr(compiled, name) for name in ("run", "function", "packed_metadata", "launch_metadata")):
         return None

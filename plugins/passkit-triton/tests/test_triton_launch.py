@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -231,3 +232,50 @@ def test_a_tensor_on_the_second_gpu_computes_there(triton_compile) -> None:
         (out,) = program.compiled["main"](x)
     assert out.device == x.device
     assert_close(out, softmax(x))
+
+
+class FakeBinary:
+    """What Triton's JIT returns for a compiled kernel, as far as the launcher reads it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.function, self.packed_metadata = "cu-function", "packed"
+
+    def launch_metadata(self, *args):
+        return None
+
+    @property
+    def run(self):
+        return lambda *args: self.calls.append(args)
+
+
+def test_a_bound_launch_calls_the_compiled_kernel_directly(monkeypatch) -> None:
+    from triton.runtime.driver import driver
+
+    monkeypatch.setattr(driver, "_active", SimpleNamespace(get_current_stream=lambda index: 7000 + index))
+    binary = FakeBinary()
+    bound = launch._bind(binary, (12, 3), torch.device("cuda", 1))
+    assert bound is not None
+    bound(["in0", "out0", 4, 8], launch.Config(block_m=2, block_n=64, num_warps=4))
+    # Triton 3.3+: grid, stream, function, metadata, launch metadata and hooks, then every argument.
+    assert binary.calls == [(12, 3, 1, 7001, "cu-function", "packed", None, None, None, "in0", "out0", 4, 8, 2, 64)]
+    # A profiler's launch hook: launches stay with the JIT, which calls it.
+    from triton import knobs
+
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: None)
+    assert launch._bind(binary, (12, 3), torch.device("cuda", 1)) is None
+
+
+def test_a_refused_bound_launch_goes_back_to_the_jit(triton_compile, device, monkeypatch) -> None:
+    x = torch.randn(4, 8, device=device)
+    program = triton_compile(softmax, x)
+    (launcher,) = launchers(program)
+    program.compiled["main"](x)
+    (plan,) = launcher.plans.values()
+
+    def refused(args, config):
+        raise TypeError("function takes exactly 20 arguments (19 given)")
+
+    plan.bound = refused
+    assert_close(program.compiled["main"](x)[0], softmax(x))
+    assert plan.bound is None or plan.bound is not refused
