@@ -3,12 +3,15 @@
 Needs CUDA, Triton, transformers and the passkit-triton plugin installed
 (``pip install -e ".[dev]" -e plugins/passkit-triton``). Three parts, each printing a table:
 
-1. Correctness. The d=64 two-layer block, the d=256 two-layer block and a tiny Hugging Face
-   GPT-2, each compiled with ``training-triton`` and run for one training step in float32 and in
-   bfloat16, against eager. float32 must match eager within 1e-3 (outputs and every gradient,
-   relative to the largest magnitude). bfloat16 is judged against eager in float32: passkit's
-   error may be at most twice eager-bfloat16's own error plus one bfloat16 ulp, the usual
-   test for a low-precision compiler.
+1. Correctness. The d=64 two-layer block, the d=256 two-layer block and a Hugging Face GPT-2 at
+   its defaults (dropout on) with GPT-2's vocabulary of 50,257 (its logits' rows are longer than
+   ``max_row``, so the looped kernels run), each compiled with ``training-triton`` and run for one
+   training step in float32 and in bfloat16, against eager, with the generator seeded alike
+   before each step. Outputs and gradients are paired by name: a gradient missing on either
+   side fails. float32 must match eager within 1e-3 (every output and gradient, relative to its
+   largest magnitude). bfloat16 is judged against eager in float32: passkit's error may be at
+   most twice eager-bfloat16's own error plus one bfloat16 ulp, the usual test for a
+   low-precision compiler. The ``worst`` column names the tensor furthest off.
 2. Step time, bfloat16, d=256 block (batch 8, sequence 128) and GPT-2: eager, ``torch.compile``
    (Inductor) and ``training-triton``, interleaved round by round in a rotating order; medians and
    the ratios to Inductor. Target: training-triton <= 1.2 x Inductor on the d=256 block.
@@ -20,7 +23,8 @@ Exit status: 0 all checks and targets met, 1 a correctness check failed, 3 a spe
 missed, 2 no CUDA device. Run: ``python benchmarks/triton_gpu.py [--rounds 20] [--parts
 correctness,steps,kernels] [--json OUT]``.
 ``TRITON_INTERPRET=1 python benchmarks/triton_gpu.py --smoke --rounds 1`` runs the same code on
-the CPU with small sizes, to check the script itself where no GPU is available.
+the CPU with small sizes (the d=64 block, and a one-layer GPT-2 that keeps the 50,257-word
+vocabulary), to check the script itself where no GPU is available.
 """
 
 from __future__ import annotations
@@ -45,16 +49,31 @@ KERNEL_TARGET = 1.1
 BF16_ULP = 2.0**-8
 
 
+VOCAB = 50257  # GPT-2's own: its logits' rows (and their softmax) are longer than max_row
+
+
+class GPT2Step(torch.nn.Module):
+    """A Hugging Face GPT-2 LM at its defaults (dropout on) whose output is (loss, logits)."""
+
+    def __init__(self, lm: torch.nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.lm(input_ids=ids, labels=ids)
+        return out.loss, out.logits
+
+
 def gpt2() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     import transformers
 
-    config = transformers.GPT2Config(
-        n_layer=2, n_head=4, n_embd=256, vocab_size=2048, n_positions=256, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0
-    )
+    small = DEVICE != "cuda"  # the smoke run: the same model, sized for Triton's interpreter
+    layers, heads, width, batch, sequence = (1, 2, 32, 1, 8) if small else (2, 4, 256, 8, 128)
+    config = transformers.GPT2Config(n_layer=layers, n_head=heads, n_embd=width, vocab_size=VOCAB, n_positions=256)
     torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(config).train()
-    model.config._attn_implementation = "eager"
-    return model, (torch.randint(0, 2048, (8, 128)),)
+    lm = transformers.GPT2LMHeadModel(config).train()
+    lm.config._attn_implementation = "eager"
+    return GPT2Step(lm), (torch.randint(0, VOCAB, (batch, sequence)),)
 
 
 WORKLOADS: dict[str, Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...]]]] = {
@@ -71,12 +90,49 @@ def prepared(name: str, dtype: torch.dtype) -> tuple[torch.nn.Module, tuple[torc
 
 
 def loss_of(out: Any) -> torch.Tensor:
-    logits = out.logits if hasattr(out, "logits") else out
-    return (logits.float() ** 2).mean()
+    if isinstance(out, tuple):  # GPT2Step: its loss is the model's own (cross-entropy over the vocabulary)
+        return out[0].float()
+    return (out.float() ** 2).mean()
 
 
-def step(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def outputs_of(out: Any) -> list[torch.Tensor]:
+    return [t.detach() for t in (out if isinstance(out, tuple) else (out,))]
+
+
+Step = tuple[list[torch.Tensor], dict[str, torch.Tensor | None]]
+
+
+def step(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Step:
     return step_compiled(model, model, inputs)
+
+
+def step_compiled(compiled: Any, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> Step:
+    """One training step: the outputs, and every parameter's gradient by name (None if it has none).
+
+    The generator is seeded first, so dropout draws from the same state in every run.
+    """
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(1)
+    out = compiled(*inputs)
+    loss_of(out).backward()
+    grads = {name: None if p.grad is None else p.grad.detach() for name, p in model.named_parameters()}
+    return outputs_of(out), grads
+
+
+def paired(ours: Step, theirs: Step) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """(name, ours, theirs) for every output and gradient; a missing one raises, never drops out."""
+    if len(ours[0]) != len(theirs[0]):
+        raise AssertionError(f"{len(ours[0])} outputs, expected {len(theirs[0])}")
+    pairs = [(f"output {i}", a, b) for i, (a, b) in enumerate(zip(ours[0], theirs[0]))]
+    if ours[1].keys() != theirs[1].keys():
+        raise AssertionError(f"parameters differ: {sorted(ours[1].keys() ^ theirs[1].keys())}")
+    for name, reference in theirs[1].items():
+        mine = ours[1][name]
+        if (mine is None) != (reference is None):
+            raise AssertionError(f"gradient of {name}: {'missing' if mine is None else 'unexpected'}")
+        if mine is not None and reference is not None:
+            pairs.append((f"grad {name}", mine, reference))
+    return pairs
 
 
 def relative_error(actual: torch.Tensor, reference: torch.Tensor) -> float:
@@ -86,7 +142,7 @@ def relative_error(actual: torch.Tensor, reference: torch.Tensor) -> float:
 
 def check_correctness() -> tuple[list[dict[str, Any]], bool]:
     rows, ok = [], True
-    for name in WORKLOADS if DEVICE == "cuda" else ["block-d64"]:
+    for name in WORKLOADS if DEVICE == "cuda" else ["block-d64", "gpt2"]:
         reference_model, inputs32 = prepared(name, torch.float32)
         reference = step(reference_model, inputs32)
         for dtype in (torch.float32, torch.bfloat16):
@@ -95,25 +151,26 @@ def check_correctness() -> tuple[list[dict[str, Any]], bool]:
             compiled = passkit.compile(compiled_model, pipeline="training-triton")
             ours = step_compiled(compiled, compiled_model, inputs)
             eager = step(eager_model, inputs)
-            tensors = [ours[0], *ours[1]], [eager[0], *eager[1]], [reference[0], *reference[1]]
-            ours_err = max(relative_error(a, r) for a, r in zip(tensors[0], tensors[2]))
-            eager_err = max(relative_error(e, r) for e, r in zip(tensors[1], tensors[2]))
+            try:
+                ours_errors = {label: relative_error(a, r) for label, a, r in paired(ours, reference)}
+                eager_errors = {label: relative_error(e, r) for label, e, r in paired(eager, reference)}
+                against_eager = {label: relative_error(a, e) for label, a, e in paired(ours, eager)}
+            except AssertionError as failure:
+                ok = False
+                rows.append({"workload": name, "dtype": str(dtype).removeprefix("torch."), "passkit_error": float("nan"),
+                             "eager_error": float("nan"), "worst": str(failure), "ok": False})
+                continue
             if dtype == torch.float32:
-                passed = max(relative_error(a, e) for a, e in zip(tensors[0], tensors[1])) <= 1e-3
+                worst = max(against_eager, key=against_eager.__getitem__)
+                passed = against_eager[worst] <= 1e-3
             else:
-                passed = ours_err <= 2 * eager_err + BF16_ULP
+                worst = max(ours_errors, key=ours_errors.__getitem__)
+                passed = ours_errors[worst] <= 2 * max(eager_errors.values()) + BF16_ULP
             ok &= passed
-            rows.append({"workload": name, "dtype": str(dtype).removeprefix("torch."), "passkit_error": ours_err,
-                         "eager_error": eager_err, "ok": passed})
+            rows.append({"workload": name, "dtype": str(dtype).removeprefix("torch."),
+                         "passkit_error": max(ours_errors.values()), "eager_error": max(eager_errors.values()),
+                         "worst": worst, "ok": passed})
     return rows, ok
-
-
-def step_compiled(compiled: Any, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    model.zero_grad(set_to_none=True)
-    out = compiled(*inputs)
-    loss_of(out).backward()
-    logits = out.logits if hasattr(out, "logits") else out
-    return logits.detach(), [p.grad.detach() for p in model.parameters() if p.grad is not None]
 
 
 def time_steps(rounds: int) -> tuple[list[dict[str, Any]], bool]:

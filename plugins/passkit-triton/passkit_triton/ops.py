@@ -19,6 +19,7 @@ from torch.fx import Node
 
 __all__ = [
     "FAMILIES",
+    "NAN_RULE",
     "REDUCTIONS",
     "family_of",
     "literal",
@@ -75,12 +76,19 @@ def _where(a: list[str], node: Node) -> str | None:
 
 
 def _tanh(a: list[str], node: Node) -> str | None:
-    # Triton's core language has no tanh; 2*sigmoid(2x) - 1 is exact to a few float32 ulps.
-    return f"(2.0 * tl.sigmoid(2.0 * {a[0]}) - 1.0)"
+    # The prelude's _tanh (kernels.py): 2*sigmoid(2x) - 1 loses every digit near 0, and
+    # libdevice's tanh does not run in Triton's interpreter.
+    return f"_tanh({a[0]})"
+
+
+# torch's maximum, minimum, relu and clamp return NaN for a NaN input; Triton's tl.maximum and
+# tl.minimum drop it unless asked (an AMP overflow would become a number).
+NAN_RULE = "propagate_nan=tl.PropagateNan.ALL"
+_NAN = NAN_RULE
 
 
 def _relu(a: list[str], node: Node) -> str | None:
-    return f"tl.maximum({a[0]}, 0)"
+    return f"tl.maximum({a[0]}, 0, {_NAN})"
 
 
 def _clamp(a: list[str], node: Node) -> str | None:
@@ -91,9 +99,9 @@ def _clamp(a: list[str], node: Node) -> str | None:
         return None
     text = a[0]
     if low is not None:
-        text = f"tl.maximum({text}, {literal(low)})"
+        text = f"tl.maximum({text}, {literal(low)}, {_NAN})"
     if high is not None:
-        text = f"tl.minimum({text}, {literal(high)})"
+        text = f"tl.minimum({text}, {literal(high)}, {_NAN})"
     return text
 
 
@@ -132,8 +140,8 @@ _POINTWISE: dict[Any, tuple[str, Emit]] = {
     aten.neg.default: ("arithmetic", lambda a, n: f"(-{a[0]})"),
     aten.reciprocal.default: ("arithmetic", lambda a, n: f"(1.0 / {a[0]})"),
     aten.pow.Tensor_Scalar: ("arithmetic", _pow),
-    aten.maximum.default: ("arithmetic", lambda a, n: f"tl.maximum({a[0]}, {a[1]})"),
-    aten.minimum.default: ("arithmetic", lambda a, n: f"tl.minimum({a[0]}, {a[1]})"),
+    aten.maximum.default: ("arithmetic", lambda a, n: f"tl.maximum({a[0]}, {a[1]}, {_NAN})"),
+    aten.minimum.default: ("arithmetic", lambda a, n: f"tl.minimum({a[0]}, {a[1]}, {_NAN})"),
     aten.abs.default: ("arithmetic", _call("tl.abs")),
     aten.relu.default: ("arithmetic", _relu),
     aten.clamp.default: ("arithmetic", _clamp),

@@ -1,30 +1,58 @@
-"""Run every Triton kernel in Triton's interpreter on the CPU; the ``triton_compile`` fixture.
+"""Where kernels run: compiled by Triton on a GPU, in Triton's interpreter without one.
 
-``TRITON_INTERPRET`` is read when a kernel is created, so setting it here, before any test
-compiles one, makes kernels run as NumPy on CPU tensors. Tests that need Triton skip (never
-fail) when ``import triton`` fails; the fusion tests need only torch.
+Without CUDA each test sets ``TRITON_INTERPRET=1`` for itself (through ``monkeypatch``, so the
+rest of the worker's tests never see it): the variable is read when a kernel is created, and the
+launcher keeps interpreted and compiled kernels apart. Triton's own library (``tl.sum``,
+``tl.sigmoid``) is created when ``triton`` is first imported, so without CUDA this file imports
+it with the variable set, and then takes the variable away again. With CUDA nothing is forced:
+the ``device`` fixture is ``"cuda"`` and kernels are compiled. Tests that need Triton skip
+(never fail) when ``import triton`` fails; the fusion tests need only torch.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from typing import Any, Callable
 
-os.environ["TRITON_INTERPRET"] = "1"
+import pytest
+import torch
+from triton_helpers import pipeline_options
 
-from typing import Any, Callable  # noqa: E402
+from passkit.testing import assert_pass_preserves_numerics
 
-import pytest  # noqa: E402
-from triton_helpers import pipeline_options  # noqa: E402
+HAS_CUDA = torch.cuda.is_available()
 
-from passkit.testing import assert_pass_preserves_numerics  # noqa: E402
+if not HAS_CUDA and "triton" not in sys.modules:
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton.language  # noqa: F401
+    except ImportError:
+        pass
+    finally:
+        del os.environ["TRITON_INTERPRET"]
+
+
+@pytest.fixture(autouse=True)
+def _interpret_without_cuda(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    if not HAS_CUDA:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    # Compiled programs are cached: each test starts from an empty compile cache of its own.
+    monkeypatch.setenv("PASSKIT_CACHE_DIR", str(tmp_path_factory.mktemp("passkit-cache")))
 
 
 @pytest.fixture
-def triton_compile(make_program: Callable[..., Any]) -> Callable[..., Any]:
+def device() -> str:
+    """Where the tests' tensors live: the GPU when there is one, else the CPU (interpreter)."""
+    return "cuda" if HAS_CUDA else "cpu"
+
+
+@pytest.fixture
+def triton_compile(make_program: Callable[..., Any], device: str) -> Callable[..., Any]:
     """``triton_compile(fn, *inputs, fuse={...}, **codegen_options)`` -> an inference ``Program``.
 
     The program is functionalized, decomposed as ``inference-triton`` does, fused and compiled;
-    ``program.compiled["main"]`` runs it.
+    ``program.compiled["main"]`` runs it. Inputs are traced where they are: pass them on ``device``.
     """
     pytest.importorskip("triton")
     from passkit_triton import codegen_triton, fuse_regions
@@ -34,7 +62,6 @@ def triton_compile(make_program: Callable[..., Any]) -> Callable[..., Any]:
         assert_pass_preserves_numerics("decompose", program, **pipeline_options("inference-triton", "decompose"))
         fuse_regions(program, **(fuse or {}))
         program.facts.add("fused")
-        options.setdefault("autotune", False)
         codegen_triton(program, **options)
         return program
 

@@ -28,6 +28,16 @@ def fast(tmp_path: Path, base: str) -> Path:
     return path
 
 
+def assert_grads_match(model: torch.nn.Module, eager: torch.nn.Module, *, rtol: float, atol: float) -> None:
+    """Every parameter's gradient, by name: a gradient missing on either side fails."""
+    ours, theirs = dict(model.named_parameters()), dict(eager.named_parameters())
+    assert ours.keys() == theirs.keys()
+    for name, p in theirs.items():
+        assert (ours[name].grad is None) == (p.grad is None), name
+        if p.grad is not None:
+            torch.testing.assert_close(ours[name].grad, p.grad, rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+
+
 def record(compiled, step: str):
     (found,) = [r for r in compiled.passkit_reports[0].records if r.id == step]
     return found
@@ -45,8 +55,9 @@ def test_shipped_pipelines_swap_the_codegen() -> None:
 
 
 @pytest.mark.slow
-def test_training_step_of_the_two_layer_block_matches_eager(tmp_path: Path) -> None:
+def test_training_step_of_the_two_layer_block_matches_eager(tmp_path: Path, device: str) -> None:
     model, (x,) = small_stack()
+    model, x = model.to(device), x.to(device)
     eager = copy.deepcopy(model)
     compiled = passkit.aot_module(model, pipeline=str(fast(tmp_path, "training-triton")))
 
@@ -56,16 +67,17 @@ def test_training_step_of_the_two_layer_block_matches_eager(tmp_path: Path) -> N
     cotangent = torch.randn_like(out)
     out.backward(cotangent)
     expected.backward(cotangent)
-    for (name, p), q in zip(eager.named_parameters(), model.parameters()):
-        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-4, msg=lambda m: f"{name}: {m}")
+    assert_grads_match(model, eager, rtol=1e-4, atol=1e-4)
     fused = record(compiled, "fuse.regions").stats
     kernels = record(compiled, "codegen.triton").stats
-    assert kernels == {"kernels": fused["regions"], "aten_regions": 0}
+    assert kernels == {"kernels": fused["regions"], "triton_kernels": kernels["triton_kernels"], "aten_regions": 0}
+    assert 10 <= kernels["triton_kernels"] < kernels["kernels"]  # the two layers' regions share kernels
     assert fused["regions"] >= 20
 
 
-def test_inference_of_the_block_matches_eager(tmp_path: Path) -> None:
+def test_inference_of_the_block_matches_eager(tmp_path: Path, device: str) -> None:
     model, (x,) = small_stack()
+    model, x = model.to(device), x.to(device)
     model.requires_grad_(False)
     compiled = passkit.aot_module(model, pipeline=str(fast(tmp_path, "inference-triton")))
 
@@ -74,36 +86,35 @@ def test_inference_of_the_block_matches_eager(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_training_step_of_a_transformers_gpt2_matches_eager(tmp_path: Path) -> None:
+def test_training_step_of_a_transformers_gpt2_matches_eager(tmp_path: Path, device: str) -> None:
     transformers = pytest.importorskip("transformers")
     config = transformers.GPT2Config(
         n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=16, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0
     )
     torch.manual_seed(0)
-    eager = transformers.GPT2LMHeadModel(config).train()
+    eager = transformers.GPT2LMHeadModel(config).train().to(device)
     eager.config._attn_implementation = "eager"
     twin = copy.deepcopy(eager)
     compiled = passkit.compile(twin, pipeline=str(fast(tmp_path, "training-triton")))
-    ids = torch.randint(0, 64, (2, 8))
+    ids = torch.randint(0, 64, (2, 8), device=device)
 
     actual = compiled(input_ids=ids, labels=ids)
     expected = eager(input_ids=ids, labels=ids)
     torch.testing.assert_close(actual.logits, expected.logits, rtol=1e-4, atol=1e-5)
     actual.loss.backward()
     expected.loss.backward()
-    for (name, p_eager), p_twin in zip(eager.named_parameters(), twin.parameters()):
-        torch.testing.assert_close(p_twin.grad, p_eager.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+    assert_grads_match(twin, eager, rtol=1e-4, atol=1e-5)
     assert record(compiled, "codegen.triton").stats["kernels"] >= 10
 
 
-def test_symbolic_sizes_are_kernel_arguments() -> None:
+def test_symbolic_sizes_are_kernel_arguments(device: str) -> None:
     """One compiled program serves every batch and row length: sizes are read at run time."""
 
     def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         centered = x - x.mean(-1, keepdim=True)
         return torch.softmax(centered * w, dim=-1)
 
-    gm = make_fx(fn, tracing_mode="symbolic")(torch.randn(4, 6, 10), torch.randn(10))
+    gm = make_fx(fn, tracing_mode="symbolic")(torch.randn(4, 6, 10, device=device), torch.randn(10, device=device))
     program = passkit.Program(graphs={"main": gm}, signature=None, example_inputs=[], facts={"functional"})
     fuse_regions(program)
     codegen_triton(program, autotune=False)
@@ -111,7 +122,7 @@ def test_symbolic_sizes_are_kernel_arguments() -> None:
     assert len(region["domain"]) == 3 and not any(size.isdigit() for size in region["domain"])
 
     for shape in ((4, 6, 10), (2, 3, 17), (1, 1, 1), (5, 2, 64)):
-        x, w = torch.randn(shape), torch.randn(shape[-1])
+        x, w = torch.randn(shape, device=device), torch.randn(shape[-1], device=device)
         out = program.compiled["main"](x, w)
         out = out[0] if isinstance(out, (tuple, list)) else out
         torch.testing.assert_close(out, fn(x, w), rtol=1e-5, atol=1e-6)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
+import pytest
 import torch
 
 import passkit
@@ -31,10 +32,9 @@ def pipeline_options(pipeline: str, step_id: str) -> dict[str, Any]:
 
 def launchers(program: Any, graph: str = "main") -> list[RegionLauncher]:
     """The kernel launchers that a compiled graph calls, in graph order."""
-    compiled = program.compiled[graph].__self__
-    found = []
-    for node in compiled.graph.nodes:
-        launcher = getattr(node.target, "launcher", None)
-        if isinstance(launcher, RegionLauncher):
-            found.append(launcher)
-    return found
+    return program.compiled[graph].launchers()
+
+
+def gpu(test: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a test that needs CUDA: ``gpu``, and skipped where there is none."""
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")(test))
