@@ -1,22 +1,25 @@
 """Run every Triton kernel in Triton's interpreter on the CPU; the ``triton_compile`` fixture.
 
-``TRITON_INTERPRET`` is read when a kernel is created, so setting it here, before any test
-compiles one, makes kernels run as NumPy on CPU tensors. Tests that need Triton skip (never
-fail) when ``import triton`` fails; the fusion tests need only torch.
+``TRITON_INTERPRET`` is read when a kernel is created, so setting it for each test (with
+``monkeypatch``, so it never leaks into the rest of the worker's tests) makes the kernels that
+test creates run as NumPy on CPU tensors. Tests that need Triton skip when ``import triton``
+fails, except in CI (``CI`` set), where they fail (``triton_helpers.require_module``); the
+fusion tests need only torch.
 """
 
 from __future__ import annotations
 
-import os
+from typing import Any, Callable
 
-os.environ["TRITON_INTERPRET"] = "1"
+import pytest
+from triton_helpers import pipeline_options, require_module
 
-from typing import Any, Callable  # noqa: E402
+from passkit.testing import assert_pass_preserves_numerics
 
-import pytest  # noqa: E402
-from triton_helpers import pipeline_options  # noqa: E402
 
-from passkit.testing import assert_pass_preserves_numerics  # noqa: E402
+@pytest.fixture(autouse=True)
+def _triton_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture
@@ -26,7 +29,7 @@ def triton_compile(make_program: Callable[..., Any]) -> Callable[..., Any]:
     The program is functionalized, decomposed as ``inference-triton`` does, fused and compiled;
     ``program.compiled["main"]`` runs it.
     """
-    pytest.importorskip("triton")
+    require_module("triton")
     from passkit_triton import codegen_triton, fuse_regions
 
     def build(fn: Callable[..., Any], *inputs: Any, fuse: dict[str, Any] | None = None, **options: Any) -> Any:
