@@ -2,7 +2,7 @@
 
 ``TRITON_INTERPRET`` is read when a kernel is created, so setting it for each test (with
 ``monkeypatch``, so it never leaks into the rest of the worker's tests) makes the kernels that
-test creates run as NumPy on CPU tensors. Tests that need Triton skip when ``import triton``
+test creates run as NumPy on CPU tensors. Kernel sources go under the run's temp folder. Tests that need Triton skip when ``import triton``
 fails, except in CI (``CI`` set), where they fail (``triton_helpers.require_module``); the
 fusion tests need only torch.
 """
@@ -18,8 +18,12 @@ from passkit.testing import assert_pass_preserves_numerics
 
 
 @pytest.fixture(autouse=True)
-def _triton_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+def _triton_interpreter(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
+    # As for passkit's own tests: kernel sources under the run's temp folder, and a working
+    # directory of the test's own, so nothing lands in the repository or the user's temp folder.
+    monkeypatch.setenv("PASSKIT_TRITON_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "passkit-triton"))
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
 
 
 @pytest.fixture
