@@ -1,16 +1,16 @@
 """Own crash reproducers: a wrapper hookimpl that writes a replayable folder for a failing step.
 
-Unless ``settings.repro_dir`` is ``""``, the program is snapshotted
-once, before the first step that runs (``passkit.debug.snapshot``). When a step raises, breaks a
-fact or changes numerics, the program as it was before that step is rebuilt by running the
-steps before it again on the snapshot, ``passkit.debug.repro.write_reproducer`` writes the
-folder (under ``repro_dir``, else ``$PASSKIT_REPRO_DIR``, else the system temp directory:
-``passkit.debug.repro.repro_root``), ``record.repro`` names it and the runner's one-line error
-ends with ``(reproducer: <folder>)``. A run that does not fail pays for one snapshot. The rebuilt graphs
-are compared with the failing run's (by hash); a difference (a step that is not deterministic)
-is recorded in the manifest. ``repro_dir = ""`` turns all this off. Registered after
-``verify``, it wraps it, so verification failures are caught too. Writing a reproducer never
-hides the step's own error: if writing fails, the record says why instead.
+Unless ``settings.repro_dir`` is ``""``, the program is snapshotted once, before the first step
+that runs (``passkit.debug.snapshot``). When a step raises, breaks a fact or changes numerics,
+the program as it was before that step is rebuilt by running the steps before it again on the
+snapshot, ``passkit.debug.repro.write_reproducer`` writes the folder (under ``repro_dir``, else
+``$PASSKIT_REPRO_DIR``, else the system temp directory: ``passkit.debug.repro.repro_root``),
+``record.repro`` names it and the runner's one-line error ends with ``(reproducer: <folder>)``.
+A run that does not fail pays for one snapshot. The rebuilt graphs are compared with the
+failing run's (by hash); a difference (a step that is not deterministic) is recorded in the
+manifest. ``repro_dir = ""`` turns all this off. Registered after ``verify``, it wraps it, so
+verification failures are caught too. Writing a reproducer never hides the step's own error: if
+writing fails, the record says why instead.
 """
 
 from __future__ import annotations
