@@ -9,10 +9,11 @@ working directory of its own (an empty temp folder), so whatever a test writes w
 a folder never lands in the repository.
 
 For the whole run (set once, before xdist starts its workers, which inherit it): Inductor's and
-passkit's caches live under the run's temp folder, never in ``/tmp/torchinductor_$USER`` or
-``~/.cache/passkit``; the OpInfo sweep's shard rotates by date (the header says which ran).
-Every test has a time limit (``pytest-timeout``): ``timeout`` in pyproject, ``SLOW_TIMEOUT``
-for tests marked ``slow``, unless a test sets its own ``pytest.mark.timeout``.
+passkit's caches and Hypothesis's example database live under the run's temp folder, never in
+``/tmp/torchinductor_$USER``, ``~/.cache/passkit`` or the repository; the OpInfo sweep's shard
+rotates by date (the header says which ran). Every test has a time limit (``pytest-timeout``):
+``timeout`` in pyproject, ``SLOW_TIMEOUT`` for tests marked ``slow``, unless a test sets its own
+``pytest.mark.timeout``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return  # an xdist worker: the controller set everything below, and the worker inherited it
     root = config._tmp_path_factory.getbasetemp()  # this run's temp folder (pytest-<n>)
-    for variable, folder in (("TORCHINDUCTOR_CACHE_DIR", "torchinductor"), ("PASSKIT_CACHE_DIR", "passkit-cache")):
+    for variable, folder in (
+        ("TORCHINDUCTOR_CACHE_DIR", "torchinductor"),
+        ("PASSKIT_CACHE_DIR", "passkit-cache"),
+        ("HYPOTHESIS_STORAGE_DIRECTORY", "hypothesis"),  # else ./.hypothesis in the repository
+    ):
         os.environ[variable] = str(root / folder)
     if not os.environ.get("PASSKIT_SWEEP_SHARD"):
         # Chosen here, once, so that every worker collects the same entries.
