@@ -2,19 +2,39 @@
 
 ``TRITON_INTERPRET`` is read when a kernel is created, so setting it for each test (with
 ``monkeypatch``, so it never leaks into the rest of the worker's tests) makes the kernels that
-test creates run as NumPy on CPU tensors. Kernel sources go under the run's temp folder. Tests that need Triton skip when ``import triton``
-fails, except in CI (``CI`` set), where they fail (``triton_helpers.require_module``); the
-fusion tests need only torch.
+test creates run as NumPy on CPU tensors. Triton also creates its own library's kernels
+(``tl.sum`` and the rest) when ``triton.language`` is first imported, so that import happens
+here, with the variable set only around it. Kernel sources go under the run's temp folder.
+Tests that need Triton skip when ``import triton`` fails, except in CI (``CI`` set), where they
+fail (``triton_helpers.require_module``); the fusion tests need only torch.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import pytest
 from triton_helpers import pipeline_options, require_module
 
 from passkit.testing import assert_pass_preserves_numerics
+
+
+def _import_triton_interpreted() -> None:
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton.language  # noqa: F401
+    except ImportError:
+        pass  # the tests that need it skip, or fail in CI (require_module)
+    finally:
+        if previous is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = previous
+
+
+_import_triton_interpreted()
 
 
 @pytest.fixture(autouse=True)
