@@ -30,6 +30,14 @@ def test_every_torch_compile_mode_is_accepted(mode: str) -> None:
 
 def test_mode_reaches_a_codegen_pass_that_takes_it() -> None:
     from passkit.compile_options import apply_mode
+
+    backend = passkit.backend("training")
+    tuned = backend.pipeline_for(mode="max-autotune")  # what torch.compile(mode=...) hands the backend
+    codegen = tuned.step("codegen.inductor").options
+    assert (codegen.mode, backend.pipeline.step("codegen.inductor").options.mode) == ("max-autotune", "default")
+    assert codegen.config_patches()["max_autotune"] is True  # the Inductor settings torch's mode sets
+    untouched = [step.options for step in tuned.steps if step.id != "codegen.inductor"]
+    assert untouched == [step.options for step in backend.pipeline.steps if step.id != "codegen.inductor"]
     base = passkit.load_pipeline("training-python")
     assert apply_mode(base, "max-autotune") == base  # codegen.python has nothing to tune
     with pytest.raises(passkit.PasskitError) as info:

@@ -72,12 +72,15 @@ class Kit:
 
 def assert_loss_and_grads_match(out: torch.Tensor, expected: torch.Tensor, eager: torch.nn.Module, twin: torch.nn.Module) -> None:
     """Compiled ``out`` equals eager's ``expected``, and after ``square().mean().backward()`` on
-    both, ``twin``'s parameter gradients equal ``eager``'s (at matmul-reordering tolerances)."""
+    both, ``twin``'s parameter gradients equal ``eager``'s (at matmul-reordering tolerances); a
+    parameter eager leaves without a gradient has none in ``twin`` either."""
     torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
     out.square().mean().backward()
     expected.square().mean().backward()
     for (name, p), q in zip(eager.named_parameters(), twin.parameters()):
-        if p.grad is not None:
+        if p.grad is None:
+            assert q.grad is None, f"{name}: eager gives it no gradient, the compiled model gives it one"
+        else:
             torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-6, msg=name)
 
 

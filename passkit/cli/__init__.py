@@ -1,10 +1,11 @@
 """Own the ``passkit`` command's wiring: the click group, its subcommands and error handling.
 
 Each subcommand lives in its own module and imports heavy modules (torch, the registry) inside
-its body. Every ``PasskitError`` and usage error prints one line on stderr and exits 2;
-``PASSKIT_DEBUG=1`` re-raises instead, to show the traceback. Exit codes: 0 ok, 1 results differ
-from eager, 2 bad input (file, options, arguments), 3 the compile fell back to eager
-(``passkit run``).
+its body. Every ``PasskitError`` and usage error prints one line on stderr; ``PASSKIT_DEBUG=1``
+re-raises instead, to show the traceback. Exit codes: 0 ok, 1 results differ from eager (also a
+step that ``verify = "numerics"`` caught), 2 bad input (file, options, arguments), 3 the compile
+fell back to eager (``passkit run``), 4 a step failed: its pass raised or broke a fact
+(``run.exit_code_for``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from passkit.errors import PasskitError
 
 __all__ = ["main", "PasskitGroup", "EXIT_USAGE"]
 
-EXIT_USAGE = 2
+EXIT_USAGE = run.EXIT_USAGE
 
 
 class PasskitGroup(click.Group):
@@ -43,7 +44,7 @@ class PasskitGroup(click.Group):
             if terminal.debug_enabled():
                 raise
             terminal.error(str(exc))
-            result = EXIT_USAGE
+            result = run.exit_code_for(exc)
         except BrokenPipeError:
             # The reader (`| head`) went away: stop quietly, and keep Python's exit-time flush quiet.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

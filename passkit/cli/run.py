@@ -1,8 +1,10 @@
 """Own ``passkit run``: compile a model with a pipeline, run one step, compare with eager.
 
-Exit codes: 0 the results match eager's; 1 they differ; 2 bad input (file, options, arguments;
-set by the group); 3 the compile failed and fell back to eager (``on_error = "eager"``), so the
-comparison says nothing about the compiler.
+Exit codes: 0 the results match eager's; 1 they differ, from the final comparison or from a
+step that ``verify = "numerics"`` caught changing them; 2 bad input (file, options, arguments);
+3 the compile failed and fell back to eager (``on_error = "eager"``), so the comparison says
+nothing about the compiler; 4 a step failed: its pass raised or broke a fact. The group maps
+errors to codes with ``exit_code_for``.
 """
 
 from __future__ import annotations
@@ -12,15 +14,18 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from passkit.cli import terminal
+from passkit.errors import PassError, PasskitError, VerificationError
 
 if TYPE_CHECKING:
     from passkit.check import CheckResult
 
-__all__ = ["command", "verdict", "EXIT_OK", "EXIT_MISMATCH", "EXIT_FELL_BACK"]
+__all__ = ["command", "verdict", "exit_code_for", "EXIT_OK", "EXIT_MISMATCH", "EXIT_USAGE", "EXIT_FELL_BACK", "EXIT_STEP_FAILED"]
 
 EXIT_OK = 0
 EXIT_MISMATCH = 1
+EXIT_USAGE = 2
 EXIT_FELL_BACK = 3
+EXIT_STEP_FAILED = 4
 
 
 @click.command("run")
@@ -42,7 +47,8 @@ def command(
     FILE is a path or a shipped name: ``training`` (fastest; Inductor kernels, needs a C++
     compiler), ``training-python`` (no C++ compiler, quick to compile), ``debug``.
 
-    Exit status: 0 ok; 1 results differ from eager; 2 bad input; 3 the compile fell back to eager.
+    Exit status: 0 ok; 1 results differ from eager; 2 bad input; 3 the compile fell back to
+    eager; 4 a step failed (its pass raised or broke a fact).
     """
     from passkit.check import run_check
     from passkit.cli.live import LiveTable
@@ -68,6 +74,18 @@ def command(
         ctx.exit(EXIT_FELL_BACK)
     if not result.ok:
         ctx.exit(EXIT_MISMATCH)
+
+
+def exit_code_for(exc: PasskitError) -> int:
+    """The exit status for a passkit error: a step that changed numerics is results that differ,
+    a step that raised or broke a fact is a failed step, anything else is bad input."""
+    if isinstance(exc, VerificationError):
+        from passkit.debug.repro import failure_kind
+
+        return EXIT_MISMATCH if failure_kind(exc) == "numerics" else EXIT_STEP_FAILED
+    if isinstance(exc, PassError):
+        return EXIT_STEP_FAILED
+    return EXIT_USAGE
 
 
 def verdict(result: CheckResult) -> str:

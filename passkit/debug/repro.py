@@ -1,7 +1,7 @@
 """Own reproducers: a folder that replays one failing step without the user's model or source.
 
 ``write_reproducer`` is called by the ``repro`` instrument when a step raises, breaks a fact or
-changes numerics. The folder (``<repro_dir>/NN-<step id>``, never an existing one) holds:
+changes numerics. The folder (``<root>/NN-<step id>``, never an existing one) holds:
 
 - ``manifest.json``: the failing step (1-based number, position, id, pass and its
   fingerprint), the failure (kind and one-line message), the steps before it, and the installed
@@ -12,16 +12,26 @@ changes numerics. The folder (``<repro_dir>/NN-<step id>``, never an existing on
 - ``inputs.pt``: the real input values, when they are known (``verify = "numerics"``) and
   under ``MAX_INPUT_BYTES`` in all.
 
+The root (``repro_root``) is ``settings.repro_dir`` when a pipeline sets it; else the
+``PASSKIT_REPRO_DIR`` environment variable; else a folder of this process under the system temp
+directory, ``<tmp>/passkit-<user>/repro/run_<date>_<time>-pid_<pid>``, as torch keeps its own
+debug output out of the user's working directory. The one-line error names the folder.
+
 ``passkit.debug.replay`` replays the folder. This module imports nothing above the built-ins
 layer, so the ``repro`` instrument can use it.
 """
 
 from __future__ import annotations
 
+import functools
+import getpass
 import importlib.metadata
 import json
+import os
 import platform
 import re
+import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,9 +43,12 @@ from passkit.errors import VerificationError
 
 if TYPE_CHECKING:
     from passkit.hookspecs import StepContext
+    from passkit.pipeline import Settings
     from passkit.program import Program
 
-__all__ = ["MAX_INPUT_BYTES", "MANIFEST", "FORMAT", "failure_kind", "versions", "write_reproducer"]
+__all__ = ["MAX_INPUT_BYTES", "MANIFEST", "FORMAT", "REPRO_ENV", "failure_kind", "repro_root", "versions", "write_reproducer"]
+
+REPRO_ENV = "PASSKIT_REPRO_DIR"
 
 MAX_INPUT_BYTES = 64 * 2**20
 MANIFEST = "manifest.json"
@@ -55,6 +68,27 @@ def _one_line(exc: BaseException) -> str:
     if isinstance(exc, VerificationError):
         return lines[0] if lines else ""
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def repro_root(settings: Settings) -> Path:
+    """Where this run's reproducers go: ``settings.repro_dir``, else ``$PASSKIT_REPRO_DIR``, else
+    this process's folder under the system temp directory (``repro_dir = ""`` writes none)."""
+    if settings.repro_dir:
+        return Path(settings.repro_dir)
+    from_env = os.environ.get(REPRO_ENV, "")
+    return Path(from_env) if from_env else _process_folder()
+
+
+@functools.cache
+def _process_folder() -> Path:
+    # One folder per process, named like torch's debug folders (run_<time>-pid_<pid>), so the
+    # reproducers of one run sit together and two runs never number into each other's folders.
+    try:
+        user = re.sub(r"[^A-Za-z0-9_.-]+", "_", getpass.getuser())
+    except Exception:  # noqa: BLE001 - no login name (a container's bare uid): name the uid
+        user = str(os.getuid()) if hasattr(os, "getuid") else "user"
+    run = f"run_{time.strftime('%Y_%m_%d_%H_%M_%S')}-pid_{os.getpid()}"
+    return Path(tempfile.gettempdir()) / f"passkit-{user}" / "repro" / run
 
 
 def _unique_folder(root: Path, stem: str) -> Path:
@@ -109,7 +143,7 @@ def write_reproducer(context: StepContext, before: Program, exc: BaseException, 
     """
     step, pipeline = context.step, context.pipeline
     number = step.position + 1
-    folder = _unique_folder(Path(pipeline.settings.repro_dir), f"{number:02d}-{_UNSAFE.sub('_', step.id)}")
+    folder = _unique_folder(repro_root(pipeline.settings), f"{number:02d}-{_UNSAFE.sub('_', step.id)}")
     unportable = write_program(before, folder, header=f"before step {number} ({step.id}) of {pipeline.label}")
     reference = context.reference
     values = _input_values(getattr(reference, "real_inputs", None))

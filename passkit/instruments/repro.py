@@ -1,15 +1,16 @@
 """Own crash reproducers: a wrapper hookimpl that writes a replayable folder for a failing step.
 
-With ``settings.repro_dir`` set (the default, ``passkit-repro``), the program is snapshotted
-once, before the first step that runs (``passkit.debug.snapshot``). When a step raises, breaks a
-fact or changes numerics, the program as it was before that step is rebuilt by running the
-steps before it again on the snapshot, ``passkit.debug.repro.write_reproducer`` writes the
-folder, ``record.repro`` names it and the runner's one-line error ends with
-``(reproducer: <folder>)``. A run that does not fail pays for one snapshot. The rebuilt graphs
-are compared with the failing run's (by hash); a difference (a step that is not deterministic)
-is recorded in the manifest. ``repro_dir = ""`` turns all this off. Registered after
-``verify``, it wraps it, so verification failures are caught too. Writing a reproducer never
-hides the step's own error: if writing fails, the record says why instead.
+Unless ``settings.repro_dir`` is ``""``, the program is snapshotted once, before the first step
+that runs (``passkit.debug.snapshot``). When a step raises, breaks a fact or changes numerics,
+the program as it was before that step is rebuilt by running the steps before it again on the
+snapshot, ``passkit.debug.repro.write_reproducer`` writes the folder (under ``repro_dir``, else
+``$PASSKIT_REPRO_DIR``, else the system temp directory: ``passkit.debug.repro.repro_root``),
+``record.repro`` names it and the runner's one-line error ends with ``(reproducer: <folder>)``.
+A run that does not fail pays for one snapshot. The rebuilt graphs are compared with the
+failing run's (by hash); a difference (a step that is not deterministic) is recorded in the
+manifest. ``repro_dir = ""`` turns all this off. Registered after ``verify``, it wraps it, so
+verification failures are caught too. Writing a reproducer never hides the step's own error: if
+writing fails, the record says why instead.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ _first_state: dict[int, Program] = {}
 @hookimpl(wrapper=True)
 def passkit_run_step(context: StepContext) -> Generator[None, bool | None, bool | None]:
     """Snapshot the program before its first step; write a reproducer if a step fails."""
-    if not context.pipeline.settings.repro_dir:
+    if context.pipeline.settings.repro_dir == "":
         return (yield)
     from passkit.debug.repro import write_reproducer
     from passkit.debug.snapshot import snapshot_program

@@ -43,7 +43,9 @@ class Settings(pydantic.BaseModel):
     dump: Literal["off", "changed", "all"] = "off"
     dump_dir: str = "passkit-dump"
     on_error: Literal["raise", "eager"] = "raise"
-    repro_dir: str = "passkit-repro"  # a failing step writes a reproducer here; "" writes none
+    # A failing step writes a reproducer here; "" writes none. Unset: $PASSKIT_REPRO_DIR, else a
+    # folder under the system temp directory (passkit.debug.repro.repro_root).
+    repro_dir: str | None = None
     report: str = ""  # an HTML report of the run is written to this file; "" writes none
     # What ``verify = "numerics"`` and ``passkit run`` accept as equal to eager (``allclose``);
     # a pass may declare a looser tolerance of its own (``graph_pass(..., tolerance=...)``).

@@ -1,4 +1,5 @@
-"""Every failure prints one line on stderr, without a traceback, and exits 2."""
+"""Every failure prints one line on stderr, without a traceback, and exits with its documented code:
+1 a step changed numerics, 2 bad input, 4 a step raised or broke a fact."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import types
 import pytest
 
 from passkit.cli import main
-from passkit.errors import PassError
+from passkit.errors import PassError, PipelineError, VerificationError
 
 
 def _failing_check(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
@@ -25,11 +26,21 @@ def _failing_check(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> Non
 PASS_ERROR = "good.toml: steps[3] (fx.dce) failed: ValueError: bad node (after: functionalize, decompose, joint)"
 
 
-def test_a_passkit_error_is_one_line_and_exit_2(cli, monkeypatch) -> None:
+NUMERICS_ERROR = "good.toml: steps[2] (t.fold) changed numerics: max |diff| 0.5 in output[0] of graph main"
+FACT_ERROR = "good.toml: steps[2] (t.fold) broke fact 'functional': aten.add_.Tensor remains in graph main"
+BAD_INPUT = "good.toml: steps[1] (t.fold).limit: Input should be a valid integer"
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [(PipelineError(BAD_INPUT), 2), (PassError(PASS_ERROR), 4), (VerificationError(NUMERICS_ERROR), 1), (VerificationError(FACT_ERROR), 4)],
+    ids=["bad-input", "step-raised", "numerics", "broken-fact"],
+)
+def test_a_passkit_error_is_one_line_with_its_exit_code(cli, monkeypatch, error, code) -> None:
     monkeypatch.delenv("PASSKIT_DEBUG", raising=False)
-    _failing_check(monkeypatch, PassError(PASS_ERROR))
+    _failing_check(monkeypatch, error)
     result = cli.invoke(main, ["run", "good.toml"])
-    assert (result.exit_code, result.stdout, result.stderr) == (2, "", PASS_ERROR + "\n")
+    assert (result.exit_code, result.stdout, result.stderr) == (code, "", str(error) + "\n")
     assert "Traceback" not in result.output
 
 

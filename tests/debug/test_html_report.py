@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import struct
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 
 import passkit
 import planted_bugs
+from dependencies import require_program
 
 FIXED_TRAINING = str(Path(__file__).resolve().parent / "fixed_training.toml")
 
@@ -64,9 +64,7 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 @pytest.mark.slow
 def test_chromium_renders_the_report(tmp_path) -> None:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("headless Chromium is not installed (apt-get install chromium)")
+    browser = require_program("chromium", "chromium-browser", install="apt-get install chromium")
     report = tmp_path / "run.html"
     _train(report)
     shot = tmp_path / "shot.png"
@@ -82,9 +80,8 @@ def test_chromium_renders_the_report(tmp_path) -> None:
 
 @pytest.mark.slow
 def test_tlparse_shows_passkit_steps_beside_dynamo_graphs(tmp_path) -> None:
-    tlparse = shutil.which("tlparse") or str(Path(sys.executable).parent / "tlparse")
-    if not Path(tlparse).exists():
-        pytest.skip("tlparse is not installed (pip install tlparse)")
+    beside_python = Path(sys.executable).parent / "tlparse"
+    tlparse = str(beside_python) if beside_python.exists() else require_program("tlparse", install="pip install tlparse")
     env = {**os.environ, "TORCH_TRACE": str(tmp_path / "trace"), "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
     run = subprocess.run(
         [sys.executable, "-m", "passkit", "run", FIXED_TRAINING, "--model", "planted_bugs:tiny"],

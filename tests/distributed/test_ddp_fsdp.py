@@ -10,13 +10,12 @@ the full gradients.
 from __future__ import annotations
 
 import copy
+import datetime
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 pytestmark = pytest.mark.slow
@@ -25,12 +24,6 @@ pytestmark = pytest.mark.slow
 # wide hold about 1.6 MB of parameters, so 1 MB buckets split them.
 DIM = 128
 BUCKET_MB = 1
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _model() -> nn.Module:
@@ -54,11 +47,11 @@ def _full(grad: torch.Tensor) -> torch.Tensor:
     return grad.full_tensor() if hasattr(grad, "full_tensor") else grad.clone()
 
 
-def _rank_main(rank: int, world: int, port: int, out_dir: str, wrapper: str) -> None:
+def _rank_main(rank: int, world: int, init_method: str, out_dir: str, wrapper: str) -> None:
     import passkit
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # A collective that waits longer than this raises instead of hanging (spawn_ranks has its own deadline).
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300))
     try:
         torch.set_num_threads(1)
         base = _model()
@@ -85,9 +78,9 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str, wrapper: str) -> 
 
 
 @pytest.mark.parametrize("wrapper", ["ddp", "fsdp2"])
-def test_compiled_training_matches_the_eager_wrapper(tmp_path, wrapper: str) -> None:
+def test_compiled_training_matches_the_eager_wrapper(tmp_path, spawn_ranks, wrapper: str) -> None:
     world = 2
-    mp.spawn(_rank_main, args=(world, _free_port(), str(tmp_path), wrapper), nprocs=world, join=True)
+    spawn_ranks(_rank_main, str(tmp_path), wrapper, world=world)
     for rank in range(world):
         results = torch.load(tmp_path / f"rank{rank}.pt")
         if wrapper == "ddp":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -70,13 +72,25 @@ def test_numerics_verification_names_the_backward_when_only_gradients_deviate(tm
     assert message.endswith(f" in grad[0] of graph backward (reproducer: {repro}/06-test.mul_to_add)")
 
 
-def test_numerics_verification_passes_for_the_shipped_pipelines() -> None:
-    compiled = passkit.aot_function(lambda x, w: (x @ w).softmax(-1), pipeline="debug", dump="off")
-    x, w = torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)
-    out = compiled(x, w)
+SHIPPED = sorted(path.stem for path in (Path(passkit.__file__).parent / "pipelines").glob("*.toml"))
+
+
+def test_the_shipped_pipelines_are_the_documented_ones() -> None:
+    assert SHIPPED == ["debug", "inference", "inference-python", "training", "training-python"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SHIPPED)
+def test_numerics_verification_passes_for_the_shipped_pipelines(name: str) -> None:
+    pipeline = passkit.load_pipeline(name)
+    compiled = passkit.aot_function(lambda x, w: (x @ w).softmax(-1), pipeline=pipeline, verify="numerics", dump="off")
+    x, w = torch.randn(3, 4), torch.randn(4, 5, requires_grad=pipeline.can_train)
+    with torch.set_grad_enabled(pipeline.can_train):
+        out = compiled(x, w)
     torch.testing.assert_close(out, (x @ w).softmax(-1))
     (report,) = compiled.passkit_reports
-    assert all(r.status == "ran" for r in report.records)
+    assert [r.status for r in report.records] == ["ran"] * len(pipeline.steps)  # every step, each verified
+    assert report.records[-1].id.startswith("codegen.")
 
 
 def test_a_training_program_without_joint_is_a_clear_error() -> None:

@@ -9,6 +9,7 @@ from types import ModuleType
 
 import pytest
 import torch
+from triton_helpers import require_module
 
 SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "triton_gpu.py"
 
@@ -46,7 +47,7 @@ def test_a_dropped_gradient_fails(bench) -> None:
 
 @pytest.mark.slow  # importing transformers
 def test_its_gpt2_has_dropout_and_gpt2s_vocabulary(bench, monkeypatch) -> None:
-    pytest.importorskip("transformers")
+    require_module("transformers")
     monkeypatch.setattr(bench, "DEVICE", "cpu")  # the smoke run's size: the same config otherwise
     model, (ids,) = bench.gpt2()
     config = model.lm.config

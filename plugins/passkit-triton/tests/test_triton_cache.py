@@ -10,9 +10,9 @@ import torch
 
 import passkit
 from passkit_triton import codegen, launch
-from triton_helpers import gpu
+from triton_helpers import gpu, require_module
 
-pytest.importorskip("triton")
+require_module("triton")
 pytestmark = pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
 
 

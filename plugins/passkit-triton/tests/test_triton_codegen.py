@@ -15,13 +15,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
-from triton_helpers import assert_close, launchers
+from triton_helpers import assert_close, launchers, require_module
 
 import passkit
 from passkit_triton import codegen_triton, fuse_regions, launch
 from passkit_triton.launch import cache_dir
 
-pytest.importorskip("triton")
+require_module("triton")
 # Padding lanes of a partial block may take log(0), and NaN inputs meet NumPy in the
 # interpreter; neither warning is about a result.
 pytestmark = [

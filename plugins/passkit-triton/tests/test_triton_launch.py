@@ -17,13 +17,13 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
-from triton_helpers import assert_close, gpu, launchers
+from triton_helpers import assert_close, gpu, launchers, require_module
 
 import passkit
 from passkit_triton import codegen_triton, fuse_regions, launch
 from passkit_triton.launch import RegionLauncher
 
-pytest.importorskip("triton")
+require_module("triton")
 pytestmark = [
     pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning"),
     pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),

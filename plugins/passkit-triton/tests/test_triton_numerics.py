@@ -12,9 +12,9 @@ import re
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
-from triton_helpers import assert_close, gpu, launchers
+from triton_helpers import assert_close, gpu, launchers, require_module
 
-pytest.importorskip("triton")
+require_module("triton")
 pytestmark = [
     pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
     pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning"),

@@ -16,8 +16,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import passkit
 from passkit.examples.transformer import small_stack
 from passkit_triton import codegen_triton, fuse_regions
+from triton_helpers import require_module
 
-pytest.importorskip("triton")
+require_module("triton")
 pytestmark = pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
 
 
@@ -87,7 +88,7 @@ def test_inference_of_the_block_matches_eager(tmp_path: Path, device: str) -> No
 
 @pytest.mark.slow
 def test_training_step_of_a_transformers_gpt2_matches_eager(tmp_path: Path, device: str) -> None:
-    transformers = pytest.importorskip("transformers")
+    transformers = require_module("transformers")
     config = transformers.GPT2Config(
         n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=16, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0
     )

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import passkit
+from dependencies import require_module
 from tiny_programs import assert_loss_and_grads_match
 from passkit.testing import assert_pattern_matches
 
@@ -53,7 +54,7 @@ def test_active_dropout_is_left_alone(passes) -> None:
 
 @pytest.mark.slow
 def test_gpt2_training_with_its_dropout_keeps_eagers_random_draws(tmp_path) -> None:
-    transformers = pytest.importorskip("transformers")
+    transformers = require_module("transformers")
     torch.manual_seed(0)
     config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=32)
     assert config.attn_pdrop == 0.1

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 import passkit
+from dependencies import require_module
 from tiny_programs import assert_loss_and_grads_match
 
-transformers = pytest.importorskip("transformers")
+transformers = require_module("transformers")
 
 
 def _gpt2():

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import passkit
+from dependencies import require_module
 from passkit.testing import assert_pass_preserves_numerics, assert_pattern_matches
 
 
@@ -54,7 +55,7 @@ def test_a_layout_later_ops_cannot_take_is_undone(make_program) -> None:
 
 @pytest.mark.slow
 def test_llama_projections_fuse_and_train_with_eager_numerics(tmp_path) -> None:
-    transformers = pytest.importorskip("transformers")
+    transformers = require_module("transformers")
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,

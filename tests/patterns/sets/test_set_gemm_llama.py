@@ -19,11 +19,13 @@ import passkit
 sys.path.insert(0, str(Path(__file__).parents[2] / "models"))
 from zoo import ZOO  # noqa: E402
 
+from dependencies import require_module  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 
 def test_llama_at_its_defaults_fuses_projections_with_eager_numerics(tmp_path) -> None:
-    pytest.importorskip("transformers")
+    require_module("transformers")
     llama = next(z for z in ZOO if z.name == "llama")
     torch.manual_seed(0)
     eager = llama.build()
