@@ -100,7 +100,7 @@ class JointPlan:
             for k, d in enumerate(self.io.outputs)
             if d.kind == "mutation" and inputs[d.index].requires_grad and inputs[d.index].mutated_under_no_grad
         }
-        with program.fake_mode, torch.enable_grad():
+        with program.fake_mode, torch.enable_grad(), _torch.subgraph_grads_by_running(self.main):
             outs = _LeafInterpreter(self.main, self.leaf_nodes).run(*program.example_inputs)
         # A user output the traced function left without grad (a gradient computed inside it
         # with ``torch.autograd.grad``) stays without, although the graph computes it from inputs.
@@ -126,14 +126,15 @@ def make_joint_fn(plan: JointPlan) -> Any:
     def joint_fn(*flat: Any) -> tuple[Any, ...]:
         primals, tangents = flat[:n_primals], flat[n_primals:]
         interpreter = _LeafInterpreter(plan.main, plan.leaf_nodes)
-        with torch.enable_grad():
-            outs = interpreter.run(*primals)
-        wrt = [primals[i] for i in plan.grad_inputs] + [leaf for _, leaf in interpreter.leaves]
-        grads = list(
-            torch.autograd.grad(
-                [outs[k] for k in plan.diff_outputs], wrt, list(tangents), allow_unused=True
+        with _torch.subgraph_grads_by_running(plan.main):
+            with torch.enable_grad():
+                outs = interpreter.run(*primals)
+            wrt = [primals[i] for i in plan.grad_inputs] + [leaf for _, leaf in interpreter.leaves]
+            grads = list(
+                torch.autograd.grad(
+                    [outs[k] for k in plan.diff_outputs], wrt, list(tangents), allow_unused=True
+                )
             )
-        )
         input_grads = grads[: len(plan.grad_inputs)]
         for (index, _), extra in zip(interpreter.leaves, grads[len(plan.grad_inputs) :]):
             slot = plan.grad_inputs.index(index)

@@ -141,7 +141,7 @@ def _fake_inputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[Any]
     if traced is not None and _torch.has_symbolic_sizes(traced[0]):
         fakes = list(traced[0])
         return fakes, _torch.fake_mode_of(fakes)
-    fake_mode = _torch.fake_mode_of(real_inputs) or _torch.new_fake_mode()
+    fake_mode = _torch.fake_mode_of(real_inputs) or _torch.new_fake_mode(shape_env=_torch.needs_shape_env(gm))
     return [_torch.fakify(fake_mode, x) for x in real_inputs], fake_mode
 
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx
-from torch._ops import OpOverload, OpOverloadPacket
+from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
 
 __all__ = [
     "decomposition_may_decline",
@@ -210,9 +210,12 @@ def concrete(value: Any) -> Any:
     return value
 
 def op_name(target: Any) -> str | None:
-    """``"aten.add.Tensor"`` for an ``OpOverload``, ``"aten.add"`` for a packet; else None."""
+    """``"aten.add.Tensor"`` for an ``OpOverload``, ``"aten.add"`` for a packet,
+    ``"higher_order.cond"`` for a higher-order op; else None."""
     if isinstance(target, (OpOverload, OpOverloadPacket)):
         return str(target)
+    if isinstance(target, HigherOrderOperator) and getattr(torch.ops.higher_order, target.name(), None) is target:
+        return f"higher_order.{target.name()}"
     return None
 
 
