@@ -23,9 +23,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 __all__ = [
     "HigherOrderOperator",
+    "called_subgraphs",
     "calls_higher_order",
     "forward_hop",
     "fresh_subgraph_caches",
+    "graph_and_subgraphs",
     "is_higher_order",
     "needs_shape_env",
     "subgraph_grads_by_running",
@@ -52,6 +54,37 @@ def subgraphs(gm: GraphModule) -> dict[str, GraphModule]:
             if isinstance(value, GraphModule):
                 found[str(node.target)] = value
     return found
+
+
+def graph_and_subgraphs(gm: GraphModule) -> list[GraphModule]:
+    """``gm`` and every subgraph it calls at any depth, each once (graphs may share one)."""
+    found: dict[int, GraphModule] = {id(gm): gm}
+    stack = [gm]
+    while stack:
+        for sub in subgraphs(stack.pop()).values():
+            if id(sub) not in found:
+                found[id(sub)] = sub
+                stack.append(sub)
+    return list(found.values())
+
+
+def called_subgraphs(node: torch.fx.Node) -> list[GraphModule]:
+    """The subgraphs a higher-order op node takes (through ``get_attr`` arguments), at any depth."""
+    if node.op != "call_function" or not is_higher_order(node.target):
+        return []
+    root = node.graph.owning_module
+    direct = [
+        value
+        for arg in pytree.tree_leaves((node.args, node.kwargs))
+        if isinstance(arg, torch.fx.Node) and arg.op == "get_attr"
+        for value in [_attribute(root, str(arg.target)) if root is not None else None]
+        if isinstance(value, GraphModule)
+    ]
+    found: dict[int, GraphModule] = {}
+    for sub in direct:
+        for inner in graph_and_subgraphs(sub):
+            found.setdefault(id(inner), inner)
+    return list(found.values())
 
 
 def subgraph_users(gm: GraphModule) -> set[torch.fx.Node]:

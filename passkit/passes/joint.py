@@ -14,18 +14,12 @@ from typing import Any
 from torch.fx import GraphModule, Node
 
 from passkit import _torch
-from passkit.autodiff import JointPlan, make_joint_fn
-from passkit.errors import PassError
+from passkit.autodiff import JointPlan, make_joint_fn, refuse_undifferentiable
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
 from passkit.program import Desc, GraphIO, Program
 
-__all__ = ["WHILE_LOOP_GRAD_ERROR", "joint"]
-
-WHILE_LOOP_GRAD_ERROR = (
-    "joint: passkit cannot differentiate while_loop yet (its backward has a data-dependent size); "
-    "call it under torch.no_grad(), or compile it with backend=\"aot_eager\""
-)
+__all__ = ["joint"]
 
 
 def _tag_forward_and_backward(gm: GraphModule, n_forward_outputs: int) -> None:
@@ -52,7 +46,7 @@ def _lowering_table(program: Program) -> dict[Any, Any] | None:
 @graph_pass("joint", requires={"functional"}, produces={"joint"}, training_only=True)
 def joint(program: Program) -> bool:
     """Trace forward and backward into one graph of primals and tangents."""
-    _refuse_undifferentiable(program.graphs["main"])
+    refuse_undifferentiable(program.graphs["main"])
     plan = JointPlan(program)
     names = [f"primals_{i + 1}" for i in range(len(plan.io.inputs))]
     names += [f"tangents_{k + 1}" for k in range(len(plan.diff_outputs))]
@@ -82,17 +76,6 @@ def joint(program: Program) -> bool:
     program.set_graph("joint", gm, io)
     program.record_stat("tangents", len(plan.diff_outputs))
     return True
-
-
-def _refuse_undifferentiable(gm: GraphModule) -> None:
-    """One line for the higher-order ops whose backward passkit cannot trace yet.
-
-    ``while_loop``'s autograd rule saves every iteration's carries, stacked to a length the
-    loop finds at run time: a data-dependent (unbacked) size, which passkit's static shapes have
-    no place for. torch's own AOT Autograd traces it.
-    """
-    if _torch.calls_higher_order(gm, "while_loop", "while_loop_stack_output"):
-        raise PassError(WHILE_LOOP_GRAD_ERROR)
 
 
 @hookimpl
