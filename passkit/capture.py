@@ -47,7 +47,7 @@ def _traced_values(gm: GraphModule) -> tuple[list[Any], list[Any]] | None:
 
 
 def _run_on_fresh_fakes(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-    mode = _torch.fake_mode_of(real_inputs) or _torch.new_fake_mode()
+    mode = _torch.fake_mode_of(real_inputs) or _torch.new_fake_mode(shape_env=_torch.needs_shape_env(gm))
     fresh = [_torch.fakify(mode, x) for x in real_inputs]
     with mode:
         outs = gm(*fresh)
@@ -193,8 +193,10 @@ def program_from_function(
     ``fn`` takes flat positional inputs and returns a tensor or a flat tuple of them.
     """
     def fakes() -> list[Any]:
-        mode = _torch.new_fake_mode()
+        mode = _torch.new_fake_mode(shape_env=shape_env)
         return [_torch.fakify(mode, x) for x in real_inputs]
+
+    shape_env = False
 
     tape = TapeObserver()
 
@@ -216,7 +218,13 @@ def program_from_function(
         raise
     except Exception:  # noqa: BLE001 - the post-dispatch trace below raises the real error
         pass
-    gm = _torch.trace_graph(flat_fn, fakes(), pre_dispatch=False)
+    try:
+        gm = _torch.trace_graph(flat_fn, fakes(), pre_dispatch=False)
+    except Exception as exc:
+        if not _torch.asks_for_shape_env(exc):
+            raise
+        shape_env = True  # a while_loop: its fake rule needs one (and graphs with it can't keep no_grad blocks)
+        gm = _torch.trace_graph(flat_fn, fakes(), pre_dispatch=False)
     if _torch.holds_fake_constants(gm):
         raise PasskitError(LOST_VALUE_ERROR)
     return _with_traced_requires_grad(program_from_graph(gm, real_inputs, kinds=kinds), tape)

@@ -23,6 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 __all__ = [
     "HigherOrderOperator",
+    "asks_for_shape_env",
     "called_subgraphs",
     "calls_higher_order",
     "forward_hop",
@@ -191,6 +192,19 @@ def calls_higher_order(gm: GraphModule, *names: str) -> bool:
         if isinstance(module, GraphModule)
         for node in module.graph.nodes
     )
+
+
+def asks_for_shape_env(exc: BaseException) -> bool:
+    """Whether tracing failed for want of a ShapeEnv: a higher-order op's fake rule (``while_loop``)
+    met passkit's static fake mode, which has none."""
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 8:
+        text = str(current)
+        if "Must provide a fake_mode with shape_env" in text or "no attribute 'ignore_fresh_unbacked_symbols'" in text:
+            return True
+        current, seen = current.__cause__ or current.__context__, seen + 1
+    return False
 
 
 def needs_shape_env(gm: GraphModule) -> bool:

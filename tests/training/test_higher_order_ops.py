@@ -20,6 +20,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import passkit
 from passkit.autodiff import WHILE_LOOP_GRAD_ERROR
+from passkit.capture import LOST_VALUE_ERROR
 from passkit.testing import assert_pass_preserves_numerics
 
 # -- programs -------------------------------------------------------------------------------
@@ -217,6 +218,26 @@ def test_infers_on_inference(name: str) -> None:
 def test_training_pipeline_without_grad_infers(name: str) -> None:
     """The training pipelines compile a program whose inputs need no grad as inference."""
     check_program(name, "training-python", training=False)
+
+
+@pytest.mark.parametrize("name", [name for name in INFERENCE if name != "flex_block_mask"])
+def test_aot_function_without_dynamo(name: str) -> None:
+    """``passkit.aot_function`` captures the ops with ``make_fx``: the same programs, no Dynamo."""
+    fn, make_inputs = PROGRAMS[name]
+    torch.manual_seed(1)
+    inputs = make_inputs()
+    training = name in TRAINING
+    compiled = passkit.aot_function(fn, pipeline="training-python")
+    _assert_close(_run(compiled, None, inputs, training), _run(fn, None, inputs, training), f"{name} vs eager")
+    assert compiled.passkit_reports, "passkit compiled nothing"
+
+
+def test_aot_function_with_a_block_mask_made_outside_is_one_line() -> None:
+    """make_fx freezes the mask's tensors into the trace as fake constants: refused with one line
+    (``torch.compile`` takes the same program, test_infers_on_inference_python)."""
+    compiled = passkit.aot_function(flex_block_mask, pipeline="inference-python")
+    with pytest.raises(passkit.PasskitError, match="^" + re.escape(LOST_VALUE_ERROR) + "$"):
+        compiled(*_qkv())
 
 
 def test_while_loop_under_autograd_is_one_line() -> None:
