@@ -206,7 +206,8 @@ class Reference:
     def __init__(self, program: Program, real_inputs: Sequence[Any]) -> None:
         self.real_inputs = [x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) and x.is_leaf else x for x in real_inputs]
         if program.training:  # the captured graph's own backward may be what cannot run
-            refuse_undifferentiable(program.graphs["main"])
+            for gm in program.graphs.values():
+                refuse_undifferentiable(gm)
         self.expected = observe(program, self.real_inputs)
 
     def compare(self, program: Program, *, rtol: float = RTOL, atol: float = ATOL) -> str | None:
