@@ -20,7 +20,6 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import passkit
 from passkit.autodiff import WHILE_LOOP_GRAD_ERROR
-from passkit.capture import LOST_VALUE_ERROR
 from passkit.testing import assert_pass_preserves_numerics
 
 # -- programs -------------------------------------------------------------------------------
@@ -121,6 +120,7 @@ def _mm_inputs() -> list[torch.Tensor]:
 
 
 def _qkv() -> list[torch.Tensor]:
+    _block_mask()  # made outside the compiled function, as a model makes it once
     return [torch.randn(1, 2, 16, 8) for _ in range(3)]
 
 
@@ -220,7 +220,7 @@ def test_training_pipeline_without_grad_infers(name: str) -> None:
     check_program(name, "training-python", training=False)
 
 
-@pytest.mark.parametrize("name", [name for name in INFERENCE if name != "flex_block_mask"])
+@pytest.mark.parametrize("name", INFERENCE)
 def test_aot_function_without_dynamo(name: str) -> None:
     """``passkit.aot_function`` captures the ops with ``make_fx``: the same programs, no Dynamo."""
     fn, make_inputs = PROGRAMS[name]
@@ -232,12 +232,19 @@ def test_aot_function_without_dynamo(name: str) -> None:
     assert compiled.passkit_reports, "passkit compiled nothing"
 
 
-def test_aot_function_with_a_block_mask_made_outside_is_one_line() -> None:
-    """make_fx freezes the mask's tensors into the trace as fake constants: refused with one line
-    (``torch.compile`` takes the same program, test_infers_on_inference_python)."""
-    compiled = passkit.aot_function(flex_block_mask, pipeline="inference-python")
-    with pytest.raises(passkit.PasskitError, match="^" + re.escape(LOST_VALUE_ERROR) + "$"):
-        compiled(*_qkv())
+def _mask_made_inside(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return flex_attention(q, k, v, block_mask=create_block_mask(_causal, 1, 1, 16, 16, device="cpu"))
+
+
+@pytest.mark.parametrize("entry", ["aot_function", "torch.compile"])
+def test_a_block_mask_made_inside_the_function(entry: str) -> None:
+    q, k, v = _qkv()
+    torch._dynamo.reset()
+    if entry == "aot_function":
+        compiled = passkit.aot_function(_mask_made_inside, pipeline="inference-python")
+    else:
+        compiled = torch.compile(_mask_made_inside, backend=passkit.backend("inference-python"), fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, v), _mask_made_inside(q, k, v), rtol=1e-5, atol=1e-6)
 
 
 def test_while_loop_under_autograd_is_one_line() -> None:
