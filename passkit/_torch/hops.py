@@ -33,7 +33,6 @@ __all__ = [
     "needs_shape_env",
     "subgraph_grads_by_running",
     "subgraphs",
-    "subgraph_users",
 ]
 
 # Higher-order ops whose fake rule draws fresh (unbacked) symbols, so it asserts a ShapeEnv.
@@ -86,11 +85,6 @@ def called_subgraphs(node: torch.fx.Node) -> list[GraphModule]:
         for inner in graph_and_subgraphs(sub):
             found.setdefault(id(inner), inner)
     return list(found.values())
-
-
-def subgraph_users(gm: GraphModule) -> set[torch.fx.Node]:
-    """The ``get_attr`` nodes of ``gm`` that read a subgraph."""
-    return {n for n in gm.graph.nodes if n.op == "get_attr" and isinstance(_attribute(gm, str(n.target)), GraphModule)}
 
 
 def _attribute(gm: torch.nn.Module, target: str) -> Any:
