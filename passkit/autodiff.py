@@ -17,9 +17,10 @@ from torch.fx import GraphModule, Node
 
 from passkit import _torch
 from passkit.differentiable_forms import DIFFERENTIABLE_FORMS
+from passkit.errors import PasskitError
 from passkit.program import Program
 
-__all__ = ["JointPlan", "make_joint_fn"]
+__all__ = ["JointPlan", "WHILE_LOOP_GRAD_ERROR", "make_joint_fn", "refuse_undifferentiable"]
 
 
 class _CopyInto(torch.autograd.Function):
@@ -100,7 +101,7 @@ class JointPlan:
             for k, d in enumerate(self.io.outputs)
             if d.kind == "mutation" and inputs[d.index].requires_grad and inputs[d.index].mutated_under_no_grad
         }
-        with program.fake_mode, torch.enable_grad():
+        with program.fake_mode, torch.enable_grad(), _torch.subgraph_grads_by_running(self.main):
             outs = _LeafInterpreter(self.main, self.leaf_nodes).run(*program.example_inputs)
         # A user output the traced function left without grad (a gradient computed inside it
         # with ``torch.autograd.grad``) stays without, although the graph computes it from inputs.
@@ -119,6 +120,23 @@ class JointPlan:
             self.tangent_examples = [torch.empty_like(outs[k]) for k in self.diff_outputs]
 
 
+WHILE_LOOP_GRAD_ERROR = (
+    "passkit cannot differentiate while_loop yet (its backward has a data-dependent size); "
+    'call it under torch.no_grad(), or compile it with backend="aot_eager"'
+)
+
+
+def refuse_undifferentiable(gm: GraphModule) -> None:
+    """One line for the higher-order ops whose backward passkit cannot trace yet.
+
+    ``while_loop``'s autograd rule saves every iteration's carries, stacked to a length the
+    loop finds at run time: a data-dependent (unbacked) size, which passkit's static shapes have
+    no place for (torch's own AOT Autograd traces it).
+    """
+    if _torch.calls_higher_order(gm, "while_loop", "while_loop_stack_output"):
+        raise PasskitError(WHILE_LOOP_GRAD_ERROR)
+
+
 def make_joint_fn(plan: JointPlan) -> Any:
     """``f(*primals, *tangents) -> (*main outputs, *grads of inputs that require grad)``."""
     n_primals = len(plan.io.inputs)
@@ -126,14 +144,15 @@ def make_joint_fn(plan: JointPlan) -> Any:
     def joint_fn(*flat: Any) -> tuple[Any, ...]:
         primals, tangents = flat[:n_primals], flat[n_primals:]
         interpreter = _LeafInterpreter(plan.main, plan.leaf_nodes)
-        with torch.enable_grad():
-            outs = interpreter.run(*primals)
-        wrt = [primals[i] for i in plan.grad_inputs] + [leaf for _, leaf in interpreter.leaves]
-        grads = list(
-            torch.autograd.grad(
-                [outs[k] for k in plan.diff_outputs], wrt, list(tangents), allow_unused=True
+        with _torch.subgraph_grads_by_running(plan.main):
+            with torch.enable_grad():
+                outs = interpreter.run(*primals)
+            wrt = [primals[i] for i in plan.grad_inputs] + [leaf for _, leaf in interpreter.leaves]
+            grads = list(
+                torch.autograd.grad(
+                    [outs[k] for k in plan.diff_outputs], wrt, list(tangents), allow_unused=True
+                )
             )
-        )
         input_grads = grads[: len(plan.grad_inputs)]
         for (index, _), extra in zip(interpreter.leaves, grads[len(plan.grad_inputs) :]):
             slot = plan.grad_inputs.index(index)

@@ -48,7 +48,7 @@ def _traced_values(gm: GraphModule) -> tuple[list[Any], list[Any]] | None:
 
 
 def _run_on_fresh_fakes(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-    mode = _torch.fake_mode_of(real_inputs) or _torch.new_fake_mode()
+    mode = _torch.fake_mode_of(real_inputs) or _torch.new_fake_mode(shape_env=_torch.needs_shape_env(gm))
     fresh = [_torch.fakify(mode, x) for x in real_inputs]
     with mode:
         outs = gm(*fresh)
@@ -142,7 +142,7 @@ def _fake_inputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[Any]
     if traced is not None and _torch.has_symbolic_sizes(traced[0]):
         fakes = list(traced[0])
         return fakes, _torch.fake_mode_of(fakes)
-    fake_mode = _torch.fake_mode_of(real_inputs) or _torch.new_fake_mode()
+    fake_mode = _torch.fake_mode_of(real_inputs) or _torch.new_fake_mode(shape_env=_torch.needs_shape_env(gm))
     return [_torch.fakify(fake_mode, x) for x in real_inputs], fake_mode
 
 
@@ -197,8 +197,10 @@ def program_from_function(
     ``fn`` takes flat positional inputs and returns a tensor or a flat tuple of them.
     """
     def fakes() -> list[Any]:
-        mode = _torch.new_fake_mode()
+        mode = _torch.new_fake_mode(shape_env=shape_env)
         return [_torch.fakify(mode, x) for x in real_inputs]
+
+    shape_env = False
 
     tape = TapeObserver()
 
@@ -223,7 +225,13 @@ def program_from_function(
         raise
     except Exception:  # noqa: BLE001 - the post-dispatch trace below raises the real error
         pass
-    gm = _torch.trace_graph(flat_fn, fakes(), pre_dispatch=False)
+    try:
+        gm = _torch.trace_graph(flat_fn, fakes(), pre_dispatch=False)
+    except Exception as exc:
+        if not _torch.asks_for_shape_env(exc):
+            raise
+        shape_env = True  # a while_loop: its fake rule needs one (and graphs with it can't keep no_grad blocks)
+        gm = _torch.trace_graph(flat_fn, fakes(), pre_dispatch=False)
     if _torch.holds_fake_constants(gm):
         raise PasskitError(LOST_VALUE_ERROR)
     return _with_traced_requires_grad(program_from_graph(gm, real_inputs, kinds=kinds), tape)

@@ -14,8 +14,8 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from passkit._torch import concrete
-from passkit.autodiff import JointPlan, make_joint_fn
+from passkit._torch import concrete, subgraph_grads_by_running
+from passkit.autodiff import JointPlan, make_joint_fn, refuse_undifferentiable
 from passkit.compare import ATOL, RTOL, compare_values
 from passkit.program import Program
 
@@ -109,15 +109,16 @@ def _observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
 
 
 def _observe_eager(program: Program, clones: list[Any], leaves: list[Any]) -> Observation:
-    with torch.set_grad_enabled(program.training):
-        outs = list(program.graphs["main"](*clones))
-    grads: list[Any] = []
-    if program.training:
-        cotangents = _user_cotangents(program, outs)
-        pairs = [(o, c) for o, c in zip(outs, cotangents) if c is not None]
-        wrt = [leaf for leaf in leaves if leaf is not None]
-        found = torch.autograd.grad([o for o, _ in pairs], wrt, [c for _, c in pairs], allow_unused=True)
-        grads = [g.detach() if g is not None else None for g in found]
+    with subgraph_grads_by_running(program.graphs["main"]):
+        with torch.set_grad_enabled(program.training):
+            outs = list(program.graphs["main"](*clones))
+        grads: list[Any] = []
+        if program.training:
+            cotangents = _user_cotangents(program, outs)
+            pairs = [(o, c) for o, c in zip(outs, cotangents) if c is not None]
+            wrt = [leaf for leaf in leaves if leaf is not None]
+            found = torch.autograd.grad([o for o, _ in pairs], wrt, [c for _, c in pairs], allow_unused=True)
+            grads = [g.detach() if g is not None else None for g in found]
     return Observation([_detached(o) for o in outs], [_detached(c) for c in clones], grads)
 
 
@@ -204,6 +205,9 @@ class Reference:
 
     def __init__(self, program: Program, real_inputs: Sequence[Any]) -> None:
         self.real_inputs = [x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) and x.is_leaf else x for x in real_inputs]
+        if program.training:  # the captured graph's own backward may be what cannot run
+            for gm in program.graphs.values():
+                refuse_undifferentiable(gm)
         self.expected = observe(program, self.real_inputs)
 
     def compare(self, program: Program, *, rtol: float = RTOL, atol: float = ATOL) -> str | None:

@@ -169,9 +169,15 @@ class Program:
     def graph_hash(self) -> str:
         """Hash of every graph's generated code: how the runner decides a step changed things.
 
-        Cached on the identity of each graph's code string, which ``recompile`` replaces.
+        Subgraphs (a higher-order op's ``get_attr`` submodules) count too. Cached on the
+        identity of each graph's code string, which ``recompile`` replaces.
         """
-        codes = [(name, self.graphs[name].code) for name in sorted(self.graphs)]
+        codes = [
+            (f"{name}/{path}" if path else name, module.code)
+            for name in sorted(self.graphs)
+            for path, module in self.graphs[name].named_modules()
+            if hasattr(module, "graph")  # a GraphModule; program.py imports no torch
+        ]
         cached = self._hash_cache
         if cached is not None and len(cached[0]) == len(codes) and all(
             old_name == name and old_code is code for (old_name, old_code), (name, code) in zip(cached[0], codes)

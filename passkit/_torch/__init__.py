@@ -3,6 +3,7 @@
 Callers import this package (``from passkit import _torch``) and never its modules; each module
 owns one side of torch:
 
+- ``hops``: higher-order ops' subgraphs, and how passkit's tracing forwards them;
 - ``tracing``: fake tensors, functional tracing, re-tracing, layouts and random fills;
 - ``ops``: decomposition tables, Core ATen, autograd formulas, random ops, symbolic sizes;
 - ``graph_passes``: torch's min-cut partitioner, fake-value propagation, reinplacing;
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 from passkit._torch.graph_passes import *  # noqa: F403
 from passkit._torch.graph_passes import __all__ as _graph_passes
+from passkit._torch.hops import *  # noqa: F403
+from passkit._torch.hops import __all__ as _hops
 from passkit._torch.inductor import *  # noqa: F403
 from passkit._torch.inductor import __all__ as _inductor
 from passkit._torch.inductor_cache import *  # noqa: F403
@@ -33,4 +36,4 @@ from passkit._torch.tracing import __all__ as _tracing
 from passkit._torch.values import *  # noqa: F403
 from passkit._torch.values import __all__ as _values
 
-__all__ = [*_graph_passes, *_inductor, *_inductor_cache, *_kernel_bundles, *_logs, *_ops, *_tracing, *_values]
+__all__ = [*_graph_passes, *_hops, *_inductor, *_inductor_cache, *_kernel_bundles, *_logs, *_ops, *_tracing, *_values]

@@ -16,6 +16,7 @@ from torch.fx import GraphModule
 
 from passkit._torch.inductor_cache import fakes_with_shape_env, static_input_specs
 from passkit._torch.kernel_bundles import KernelBundler
+from passkit._torch.hops import graph_and_subgraphs
 from passkit._torch.tracing import BERNOULLI_IN_LAYOUT, fake_mode_of, new_fake_mode
 
 __all__ = [
@@ -342,21 +343,25 @@ def hide_bernoulli_fills(gm: GraphModule, *, fallback_random: bool) -> bool:
     buffer into the kernel that makes the copy, before the fill runs: dropout after a layer norm
     then multiplies by uninitialized memory (torch 2.13, BERT's embeddings gave a NaN loss).
     ``passkit::bernoulli_in_layout`` draws the same numbers into a tensor of its own, which
-    Inductor runs as a fallback kernel and orders like any other. Returns whether it changed
+    Inductor runs as a fallback kernel and orders like any other. Subgraphs (a ``cond`` branch)
+    are lowered by the same scheduler, so their fills are hidden too. Returns whether it changed
     ``gm``.
     """
     changed = False
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or node.target is not torch.ops.aten.bernoulli.p:
-            continue
-        value = node.meta.get("val")
-        on_cpu = isinstance(value, torch.Tensor) and value.device.type == "cpu"
-        if node.kwargs.get("generator") is None and (fallback_random or on_cpu):
-            p = node.args[1] if len(node.args) > 1 else node.kwargs.get("p", 0.5)
-            node.target, node.args, node.kwargs = BERNOULLI_IN_LAYOUT, (node.args[0], p), {}
-            changed = True
-    if changed:
-        gm.recompile()
+    for graph in graph_and_subgraphs(gm):
+        hidden = False
+        for node in graph.graph.nodes:
+            if node.op != "call_function" or node.target is not torch.ops.aten.bernoulli.p:
+                continue
+            value = node.meta.get("val")
+            on_cpu = isinstance(value, torch.Tensor) and value.device.type == "cpu"
+            if node.kwargs.get("generator") is None and (fallback_random or on_cpu):
+                p = node.args[1] if len(node.args) > 1 else node.kwargs.get("p", 0.5)
+                node.target, node.args, node.kwargs = BERNOULLI_IN_LAYOUT, (node.args[0], p), {}
+                hidden = True
+        if hidden:
+            graph.recompile()
+        changed |= hidden
     return changed
 
 

@@ -11,7 +11,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx
-from torch._ops import OpOverload, OpOverloadPacket
+from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
+
+from passkit._torch.hops import called_subgraphs
 
 __all__ = [
     "decomposition_may_decline",
@@ -77,10 +79,13 @@ def call_draws_random_numbers(node: torch.fx.Node) -> bool:
 
     The fused attention ops are tagged random for their dropout; with ``dropout_p = 0`` (eval
     mode, ``p = 0``) their kernels draw nothing, so running them again gives the same result
-    and leaves the generator where it was. A ``getitem`` of a random op's result counts as it.
+    and leaves the generator where it was. A ``getitem`` of a random op's result counts as it,
+    and a higher-order op draws when a subgraph it calls does.
     """
     target = node.args[0].target if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) else node.target
     call = node.args[0] if node.target is operator.getitem else node
+    if isinstance(target, HigherOrderOperator):  # a cond branch or loop body that draws
+        return any(call_draws_random_numbers(inner) for sub in called_subgraphs(call) for inner in sub.graph.nodes)
     if not draws_random_numbers(target):
         return False
     names = [argument.name for argument in target._schema.arguments]
@@ -210,9 +215,12 @@ def concrete(value: Any) -> Any:
     return value
 
 def op_name(target: Any) -> str | None:
-    """``"aten.add.Tensor"`` for an ``OpOverload``, ``"aten.add"`` for a packet; else None."""
+    """``"aten.add.Tensor"`` for an ``OpOverload``, ``"aten.add"`` for a packet,
+    ``"higher_order.cond"`` for a higher-order op; else None."""
     if isinstance(target, (OpOverload, OpOverloadPacket)):
         return str(target)
+    if isinstance(target, HigherOrderOperator) and getattr(torch.ops.higher_order, target.name(), None) is target:
+        return f"higher_order.{target.name()}"
     return None
 
 

@@ -21,6 +21,8 @@ from torch._ops import OpOverload, OpOverloadPacket
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from passkit._torch.hops import HigherOrderOperator, forward_hop, fresh_subgraph_caches
+
 __all__ = [
     "BERNOULLI_IN_LAYOUT",
     "FakeTensor",
@@ -56,8 +58,14 @@ __all__ = [
 # Grad mode as a plain call: what Dynamo and pre-dispatch graphs record for ``no_grad`` blocks.
 set_grad_enabled = torch._C._set_grad_enabled
 
-def new_fake_mode() -> FakeTensorMode:
-    return FakeTensorMode(allow_non_fake_inputs=True)
+def new_fake_mode(*, shape_env: bool = False) -> FakeTensorMode:
+    """A fake mode for static shapes; ``shape_env`` gives it a symbol table all the same, which
+    ``while_loop`` needs for its fake rule (see ``needs_shape_env``)."""
+    if not shape_env:
+        return FakeTensorMode(allow_non_fake_inputs=True)
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    return FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
 
 
 def fakify(mode: FakeTensorMode, value: Any) -> Any:
@@ -139,7 +147,7 @@ def functional_trace(
     fake_mode = fake_mode_of(args)
     context = fake_mode if fake_mode is not None else contextlib.nullcontext()
     # A graph's no_grad region that raises midway would leave grad mode off for the caller.
-    with context, fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
+    with context, fresh_subgraph_caches(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
         gm = make_fx(
             functionalized,
             decomposition_table=decompositions or {},
@@ -214,7 +222,7 @@ def retrace(
     else:
         fake_mode = fake_mode_of(args)
         context = fake_mode if fake_mode is not None else contextlib.nullcontext()
-        with context, fx_traceback.preserve_node_meta():
+        with context, fresh_subgraph_caches(), fx_traceback.preserve_node_meta():
             new_gm = make_fx(interpret, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch)(*args)
         _rename_placeholders(new_gm, names)
     _use_plain_codegen(new_gm)
@@ -297,7 +305,7 @@ def trace_graph(
     """Trace ``fn`` as it is, mutations included; pre-dispatch keeps ``no_grad`` blocks."""
     fake_mode = fake_mode_of(fake_args)
     context = fake_mode if fake_mode is not None else contextlib.nullcontext()
-    with context, fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
+    with context, fresh_subgraph_caches(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
         gm = make_fx(
             fn, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch, record_module_stack=True
         )(*fake_args)
@@ -412,8 +420,14 @@ class _KeepRandomFillLayout(TorchDispatchMode):
     The other in-place random ops' functional forms clone ``t`` and keep its layout already.
     """
 
+    # Higher-order ops (cond, while_loop, flex_attention, ...) come here too, rather than failing
+    # for want of a rule: torch's own modes that watch ops (FlopCounterMode, DebugMode) do the same.
+    supports_higher_order_operators = True
+
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        if isinstance(func, HigherOrderOperator):
+            return forward_hop(self, func, args, kwargs)
         if func is torch.ops.aten.bernoulli_.float and kwargs.get("generator") is None:
             target = args[0]
             if target.layout == torch.strided and not target.is_contiguous():

@@ -123,8 +123,17 @@ def dump_program(
             f"# graph: {graph_name} ({len(gm.graph.nodes)} nodes)" + (f", {kind}" if kind else "") + "\n"
             f"# facts: {', '.join(sorted(program.facts if facts is None else facts))}\n"
             + (f"# inputs: {', '.join(map(str, io.inputs))}\n# outputs: {', '.join(map(str, io.outputs))}\n" if io else "")
-            + (generated if generated is not None else gm.code)
+            + (generated if generated is not None else gm.code + _subgraph_code(gm))
         )
         path.write_text(text, encoding="utf-8")
         paths.append(str(path))
     return paths
+
+
+def _subgraph_code(gm: Any) -> str:
+    """The code of each subgraph a higher-order op of ``gm`` calls (``cond`` branches, ...)."""
+    return "".join(
+        f"\n# subgraph {name}\n{module.code}"
+        for name, module in gm.named_modules()
+        if name and hasattr(module, "graph") and hasattr(module, "code")
+    )

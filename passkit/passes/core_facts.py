@@ -1,7 +1,7 @@
 """Own the built-in facts: ``captured``, ``functional``, ``decomposed``, ``joint``,
 ``partitioned`` and ``compiled``, each with its checker.
 
-An essential built-in plugin (it cannot be blocked, and is there even in a manager built
+The checkers look into the subgraphs of higher-order ops too. An essential built-in plugin (it cannot be blocked, and is there even in a manager built
 without the other built-ins): it registers these facts through ``passkit_register_facts``,
 like any plugin registers its own. The rules about facts are ``passkit.facts``'.
 """
@@ -29,7 +29,8 @@ def _check_functional(program: Program) -> str | None:
     found = [
         f"{graph_name}:{node.name} ({node.target})"
         for graph_name, gm in program.graphs.items()
-        for node in gm.graph.nodes
+        for sub in _torch.graph_and_subgraphs(gm)
+        for node in sub.graph.nodes
         if _torch.mutates(node)
     ]
     return f"mutating ops remain: {', '.join(found[:5])}" if found else None
@@ -60,7 +61,8 @@ def _check_decomposed(program: Program) -> str | None:
         {
             str(node.target)
             for gm in program.graphs.values()
-            for node in gm.graph.nodes
+            for sub in _torch.graph_and_subgraphs(gm)
+            for node in sub.graph.nodes
             if node.op == "call_function"
             and node.target not in _NOT_OPERATORS
             and not _in_opset(target, node.target, before_joint=before_joint, training=program.training)

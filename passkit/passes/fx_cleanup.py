@@ -1,7 +1,10 @@
 """Own the graph-hygiene passes every pipeline uses: dead-code and common-subexpression removal.
 
 Both work on any graph, functional or not: nodes that mutate, draw random numbers or toggle grad
-mode are never removed or merged.
+mode are never removed or merged. Both recurse into the subgraphs of higher-order ops (``cond``
+branches, loop bodies, ``flex_attention``'s score functions), whose placeholders and outputs
+stay as they are; a ``get_attr`` that a higher-order op reads is never removed, and a
+higher-order op whose subgraphs draw random numbers is never merged.
 """
 
 from __future__ import annotations
@@ -44,9 +47,18 @@ def _eliminate_dead_code(gm: GraphModule) -> bool:
 def dce(program: Program) -> bool:
     """Remove nodes whose results nobody reads (mutations and side effects stay)."""
     changed = False
-    for gm in program.graphs.values():
+    for gm in _every_graph(program):
         changed |= _eliminate_dead_code(gm)
     return changed
+
+
+def _every_graph(program: Program) -> list[GraphModule]:
+    """The program's graphs and their subgraphs, each once (forward and backward may share one)."""
+    found: dict[int, GraphModule] = {}
+    for gm in program.graphs.values():
+        for sub in _torch.graph_and_subgraphs(gm):
+            found.setdefault(id(sub), sub)
+    return list(found.values())
 
 
 def _cse_key(node: Node, replaced: dict[Node, Node]) -> Any:
@@ -89,7 +101,7 @@ def _eliminate_common_subexpressions(gm: GraphModule) -> bool:
 def cse(program: Program) -> bool:
     """Merge identical pure computations so each is computed once."""
     changed = False
-    for gm in program.graphs.values():
+    for gm in _every_graph(program):
         changed |= _eliminate_common_subexpressions(gm)
     return changed
 

@@ -109,7 +109,12 @@ def _recompute_at_first_use(body: list[Node], tangents: set[Node]) -> list[Node]
 
 
 def split_joint(joint: GraphModule, io: GraphIO, saved: list[Node]) -> tuple[GraphModule, GraphIO, GraphModule, GraphIO]:
-    """Cut ``joint`` given the values to save; returns forward and backward with descriptors."""
+    """Cut ``joint`` given the values to save; returns forward and backward with descriptors.
+
+    A ``get_attr`` (a higher-order op's subgraph, a constant) is never saved: each graph that
+    reads it gets its own ``get_attr`` of the same module attribute.
+    """
+    saved = [n for n in saved if n.op != "get_attr"]
     placeholders = [n for n in joint.graph.nodes if n.op == "placeholder"]
     outputs = _output_args(joint)
     n_fwd = io.n_visible

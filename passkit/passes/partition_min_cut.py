@@ -190,7 +190,8 @@ def _classify(joint_gm: GraphModule, io: GraphIO) -> tuple[set[Node], set[Node],
     for node in joint_gm.graph.nodes:
         if node.op != "output" and any(a in backward for a in node.all_input_nodes):
             backward.add(node)
-    forward = {n for n in joint_gm.graph.nodes if n.op != "output" and n not in backward}
+    # A subgraph's get_attr is no value to save: each graph reads the module itself (split_joint).
+    forward = {n for n in joint_gm.graph.nodes if n.op not in ("output", "get_attr") and n not in backward}
     required: set[Node] = set()
     stack = [a for a in output.args[0][:n_fwd] if isinstance(a, Node)]
     while stack:
