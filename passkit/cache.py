@@ -53,7 +53,6 @@ import inspect
 import json
 import logging
 import os
-import pickle
 import platform
 import sys
 import tempfile
@@ -65,6 +64,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import torch
 from torch.fx import GraphModule
 
+from passkit import _torch
 from passkit.pass_api import passkit_source_digest
 
 if TYPE_CHECKING:
@@ -283,7 +283,7 @@ def _reloads_faithfully(gm: GraphModule) -> bool:
 def _store_callable(fn: Callable[..., Any]) -> tuple[str, Any] | None:
     owner = getattr(fn, "__self__", None)
     if inspect.ismethod(fn) and isinstance(owner, GraphModule) and fn.__name__ == "forward":
-        return ("graph_module", owner) if _reloads_faithfully(owner) else None
+        return ("graph_module", (owner, owner.code)) if _reloads_faithfully(owner) else None
     payload = getattr(fn, "passkit_cache_payload", None)
     if callable(payload):
         described = payload()
@@ -296,7 +296,10 @@ def _store_callable(fn: Callable[..., Any]) -> tuple[str, Any] | None:
 def _load_callable(stored: tuple[str, Any]) -> Callable[..., Any]:
     kind, data = stored
     if kind == "graph_module":
-        return data.forward
+        gm, code = data
+        if gm.code != code:  # rebuilt node by node, it must print the code that was compiled
+            raise CorruptEntry("a stored graph reloads to other code")
+        return gm.forward
     if kind == "loader":
         loader, payload = data
         module_name, _, attr = loader.partition(":")
@@ -341,7 +344,7 @@ class CompileCache:
             log.warning("passkit: cannot read cache entry %s (%s); compiling", self.path, exc)
             return None
         try:
-            entry = pickle.loads(_decode(blob))
+            entry = _torch.loads_graphs(_decode(blob))
             if not isinstance(entry, dict) or entry.get("key") != self.key:
                 raise CorruptEntry("the entry's key does not match its file name")
             compiled = {name: _load_callable(stored) for name, stored in entry["compiled"].items()}
@@ -378,7 +381,7 @@ class CompileCache:
             "report": dataclasses.replace(report, cache=""),
         }
         try:
-            payload = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+            payload = _torch.dumps_graphs(entry)
         except Exception as exc:  # noqa: BLE001 - an unpicklable graph attribute: skip, never fail
             log.info("passkit: not caching: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             return False
