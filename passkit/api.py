@@ -118,8 +118,10 @@ def _compile_program(
     pm = get_plugin_manager()
     progress = progress or _log_progress(len(pipeline.steps))
     cache = CompileCache.for_compile(pipeline, program, plugins=[name for name, _ in pm.list_name_plugin()])
+    captured = dict(program.graphs)
     report = cache.load(program) if cache is not None else None
     if report is not None:
+        pm.hook.passkit_loaded_from_cache(pipeline=pipeline, program=program, report=report, captured=captured)
         for record in report.records:
             progress(record)
     else:

@@ -27,11 +27,14 @@ is compiled again.
 
 Compiled callables are stored as follows (the hook point for code generators):
 
-- a ``GraphModule``'s bound ``forward`` (what ``codegen.python`` produces) is stored as the
-  pickled ``GraphModule``, which reloads from its generated code, but only when every function
-  its graphs call is found again by its module and name (ATen ops, torch functions,
+- a ``GraphModule``'s bound ``forward`` (what ``codegen.python`` produces) is stored as its
+  graph, node by node with the nodes' metadata (``_torch.dumps_graphs``; the program's graphs
+  are stored the same way), and must print the same code when it is rebuilt. Only when every
+  function its graphs call is found again by its module and name (ATen ops, torch functions,
   ``operator``): a closure or a kernel object would not survive that round trip, and a program
-  that reloads different code is worse than one that compiles again;
+  that reloads different code is worse than one that compiles again. Plain pickling is not
+  used: it re-traces the generated code, which turns random factory calls into constants and
+  drops the fake values the runtime wrapper reads;
 - any other callable is stored if it has a ``passkit_cache_payload()`` method returning
   ``(loader, data)``: ``loader`` is a ``"module:function"`` string and ``data`` picklable;
   loading calls ``function(data)`` to get the callable back. ``codegen.inductor`` gives its
