@@ -42,8 +42,10 @@ _DROPPED_META = frozenset({"nn_module_stack", "source_fn_stack", "fwd_source_fn_
 class _State:
     """What every value in one ``loads`` shares: its fake mode and meta converter."""
 
-    def __init__(self) -> None:
-        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
+    def __init__(self, symbolic: bool) -> None:
+        # A shape environment only where a symbolic size needs one: making the first one
+        # imports Dynamo, seconds that a cache hit of a static program need not pay.
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv() if symbolic else None)
         self.converter: MetaConverter[Any] = MetaConverter()
 
 
@@ -116,6 +118,7 @@ class _Pickler(pickle.Pickler):
     def __init__(self, stream: io.BytesIO) -> None:
         super().__init__(stream, protocol=pickle.HIGHEST_PROTOCOL)
         self._describer = MetaTensorDescriber(copy_data=False)
+        self.symbolic = False  # whether a shape environment was written
 
     def persistent_id(self, obj: Any) -> Any:
         if isinstance(obj, _StateRef):
@@ -142,6 +145,7 @@ class _Pickler(pickle.Pickler):
         if isinstance(obj, HigherOrderOperator):
             return _higher_order, (obj.name(),)
         if isinstance(obj, ShapeEnv):
+            self.symbolic = True
             fields = {k: v for k, v in vars(obj).items() if k not in ("tracked_fakes", "fake_tensor_cache")}
             return _shape_env, (fields, _StateRef())
         if isinstance(obj, torch.SymInt):
@@ -170,9 +174,9 @@ class _Pickler(pickle.Pickler):
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, stream: io.BytesIO) -> None:
+    def __init__(self, stream: io.BytesIO, symbolic: bool) -> None:
         super().__init__(stream)
-        self._state = _State()
+        self._state = _State(symbolic)
 
     def persistent_load(self, pid: Any) -> Any:
         if pid == _STATE:
@@ -188,11 +192,12 @@ def dumps_graphs(value: Any) -> bytes:
     Raises ``pickle.PicklingError`` (or the error of an unpicklable attribute) for what cannot
     come back as it is."""
     with io.BytesIO() as stream:
-        _Pickler(stream).dump(value)
-        return stream.getvalue()
+        pickler = _Pickler(stream)
+        pickler.dump(value)
+        return (b"S" if pickler.symbolic else b"-") + stream.getvalue()
 
 
 def loads_graphs(data: bytes) -> Any:
     """What ``dumps_graphs`` wrote, its fake values in one new fake mode."""
-    with io.BytesIO(data) as stream:
-        return _Unpickler(stream).load()
+    with io.BytesIO(data[1:]) as stream:
+        return _Unpickler(stream, symbolic=data[:1] == b"S").load()
