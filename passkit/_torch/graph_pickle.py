@@ -43,8 +43,8 @@ class _State:
     """What every value in one ``loads`` shares: its fake mode and meta converter."""
 
     def __init__(self, symbolic: bool) -> None:
-        # A shape environment only where a symbolic size needs one: making the first one
-        # imports Dynamo, seconds that a cache hit of a static program need not pay.
+        # A shape environment only where a symbolic size needs one: a static program's
+        # values need none, and making one is not free.
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv() if symbolic else None)
         self.converter: MetaConverter[Any] = MetaConverter()
 
