@@ -73,4 +73,4 @@ def test_a_program_loaded_from_the_cache_computes_what_the_compiled_one_did(grou
                     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
                 except AssertionError as exc:
                     problems.append(f"{key}: {label} process: value {k} differs from eager: {str(exc).splitlines()[0]}")
-    assert problems == []
+    assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems)
