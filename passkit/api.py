@@ -122,8 +122,10 @@ def _compile_program(
     cache = CompileCache.for_compile(pipeline, program, plugins=[name for name, _ in pm.list_name_plugin()])
     if "subclasses" in program.notes:
         cache = None  # the key sees the flat graph, not the subclass layouts its joint depends on
+    captured = dict(program.graphs)
     report = cache.load(program) if cache is not None else None
     if report is not None:
+        pm.hook.passkit_loaded_from_cache(pipeline=pipeline, program=program, report=report, captured=captured)
         for record in report.records:
             progress(record)
     else:

@@ -27,11 +27,14 @@ is compiled again.
 
 Compiled callables are stored as follows (the hook point for code generators):
 
-- a ``GraphModule``'s bound ``forward`` (what ``codegen.python`` produces) is stored as the
-  pickled ``GraphModule``, which reloads from its generated code, but only when every function
-  its graphs call is found again by its module and name (ATen ops, torch functions,
+- a ``GraphModule``'s bound ``forward`` (what ``codegen.python`` produces) is stored as its
+  graph, node by node with the nodes' metadata (``_torch.dumps_graphs``; the program's graphs
+  are stored the same way), and must print the same code when it is rebuilt. Only when every
+  function its graphs call is found again by its module and name (ATen ops, torch functions,
   ``operator``): a closure or a kernel object would not survive that round trip, and a program
-  that reloads different code is worse than one that compiles again;
+  that reloads different code is worse than one that compiles again. Plain pickling is not
+  used: it re-traces the generated code, which turns random factory calls into constants and
+  drops the fake values the runtime wrapper reads;
 - any other callable is stored if it has a ``passkit_cache_payload()`` method returning
   ``(loader, data)``: ``loader`` is a ``"module:function"`` string and ``data`` picklable;
   loading calls ``function(data)`` to get the callable back. ``codegen.inductor`` gives its
@@ -53,7 +56,6 @@ import inspect
 import json
 import logging
 import os
-import pickle
 import platform
 import sys
 import tempfile
@@ -65,6 +67,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import torch
 from torch.fx import GraphModule
 
+from passkit import _torch
 from passkit.pass_api import passkit_source_digest
 
 if TYPE_CHECKING:
@@ -283,7 +286,7 @@ def _reloads_faithfully(gm: GraphModule) -> bool:
 def _store_callable(fn: Callable[..., Any]) -> tuple[str, Any] | None:
     owner = getattr(fn, "__self__", None)
     if inspect.ismethod(fn) and isinstance(owner, GraphModule) and fn.__name__ == "forward":
-        return ("graph_module", owner) if _reloads_faithfully(owner) else None
+        return ("graph_module", (owner, owner.code)) if _reloads_faithfully(owner) else None
     payload = getattr(fn, "passkit_cache_payload", None)
     if callable(payload):
         described = payload()
@@ -296,7 +299,10 @@ def _store_callable(fn: Callable[..., Any]) -> tuple[str, Any] | None:
 def _load_callable(stored: tuple[str, Any]) -> Callable[..., Any]:
     kind, data = stored
     if kind == "graph_module":
-        return data.forward
+        gm, code = data
+        if gm.code != code:  # rebuilt node by node, it must print the code that was compiled
+            raise CorruptEntry("a stored graph reloads to other code")
+        return gm.forward
     if kind == "loader":
         loader, payload = data
         module_name, _, attr = loader.partition(":")
@@ -341,7 +347,7 @@ class CompileCache:
             log.warning("passkit: cannot read cache entry %s (%s); compiling", self.path, exc)
             return None
         try:
-            entry = pickle.loads(_decode(blob))
+            entry = _torch.loads_graphs(_decode(blob))
             if not isinstance(entry, dict) or entry.get("key") != self.key:
                 raise CorruptEntry("the entry's key does not match its file name")
             compiled = {name: _load_callable(stored) for name, stored in entry["compiled"].items()}
@@ -378,7 +384,7 @@ class CompileCache:
             "report": dataclasses.replace(report, cache=""),
         }
         try:
-            payload = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+            payload = _torch.dumps_graphs(entry)
         except Exception as exc:  # noqa: BLE001 - an unpicklable graph attribute: skip, never fail
             log.info("passkit: not caching: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             return False

@@ -182,7 +182,8 @@ def _finish(program: Program, descs: Sequence[Any], values: Sequence[Any], clone
     user: dict[int, Any] = {}
     for desc, value in zip(descs, values):
         if desc.kind == "mutation":
-            final_inputs[desc.index] = value
+            if value is not None:  # None: the compiled graph wrote the input itself (codegen.inductor)
+                final_inputs[desc.index] = value
         elif desc.kind == "user":
             user[desc.index] = value
     outputs = [_detached(user.get(j)) for j in range(len(program.signature.outputs))]

@@ -288,3 +288,18 @@ def passkit_run_step(context: StepContext) -> bool | None:
             print(context.step.id, time.perf_counter() - started)
             return result
     """
+
+
+@hookspec
+def passkit_loaded_from_cache(pipeline: Pipeline, program: Program, report: Any, captured: Mapping[str, Any]) -> None:
+    """A compile was answered by the compile cache: no step ran, so no ``passkit_run_step``
+    wrapper saw one. Instruments that record a run (the HTML report, the structured trace)
+    record it here from the stored ``report`` (its ``records`` are the compiling run's rows,
+    ``report.cache == "hit"``).
+
+    Args:
+        pipeline: the pipeline whose steps the entry was compiled with.
+        program: the loaded program: its final graphs, signature, facts and compiled callables.
+        report: the stored ``Report`` of the run that compiled it.
+        captured: the graphs as captured, before any step (name -> ``GraphModule``).
+    """

@@ -6,6 +6,13 @@ Inductor's FX graph cache hit, missed or was bypassed, and the outputs and gradi
 ``CHILD_PIPELINE`` names the pipeline (default ``training-python``). With ``--hang-in-write``
 it stops inside the cache write (after the temporary file is filled, before the rename), prints
 ``writing``, and waits to be killed. ``compile_and_report`` also runs in-process.
+
+With ``--programs OUT PIPELINE...`` it instead runs every program of ``PROGRAMS`` that the
+pipeline applies to (training programs through training pipelines, the same programs under
+``no_grad`` through inference pipelines), each eagerly and compiled from the same seeds, and
+saves with ``torch.save`` to ``OUT``, per pipeline and program: the compiled results (or the
+error the compiled program raised), eager's, and each report's cache mark. Run twice against one cache folder, it shows whether a program
+loaded from the cache computes what the compiled one did.
 """
 
 from __future__ import annotations
@@ -57,7 +64,112 @@ def compile_and_report() -> dict:
     }
 
 
+def _dropout(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.dropout(x, p=0.5, training=True) * 2
+
+
+def _mutate_input(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    x.mul_(2)
+    return x * w
+
+
+def _aliases(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return x.t(), x.view(-1)[2:7], x * 2
+
+
+def _case_function(fn, make_inputs, mutated: tuple[int, ...] = ()):
+    """Run ``fn`` on fresh inputs (eagerly or compiled): outputs, gradients, mutated inputs, and
+    whether each output aliases the first input as eager's does."""
+
+    def run(pipeline: str | None, training: bool):
+        inputs = make_inputs(training)
+        call = fn if pipeline is None else passkit.aot_function(fn, pipeline=pipeline)
+        torch.manual_seed(3)
+        with torch.set_grad_enabled(training):
+            outs = call(*inputs)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        aliased = [o._base is inputs[0] or o is inputs[0] for o in outs]
+        if training:
+            sum(o.sum() for o in outs).backward()
+        values = [o.detach() for o in outs] + [inputs[k].detach() for k in mutated]
+        grads = [x.grad for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
+        return {"values": values + grads, "aliased": aliased}, getattr(call, "passkit_reports", [])
+
+    return run
+
+
+def _case_batchnorm(pipeline: str | None, training: bool):
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm1d(4)
+    x = torch.randn(6, 4, requires_grad=training)
+    call = bn if pipeline is None else passkit.aot_module(bn, pipeline=pipeline)
+    with torch.set_grad_enabled(training):
+        for _ in range(2):  # the second call reads the running statistics the first wrote
+            out = call(x)
+            if training:
+                out.sum().backward()
+    grads = [x.grad, bn.weight.grad, bn.bias.grad] if training else []
+    values = [out.detach(), bn.running_mean.clone(), bn.running_var.clone(), bn.num_batches_tracked.clone()]
+    return {"values": values + grads, "aliased": []}, getattr(call, "passkit_reports", [])
+
+
+def _case_gpt2(pipeline: str | None, training: bool):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "models"))
+    from zoo import _causal_lm, _gpt2
+
+    torch.manual_seed(0)
+    model = _gpt2()
+    if not training:
+        model.eval()
+    torch.manual_seed(1)
+    inputs = _causal_lm(2)
+    call = model if pipeline is None else passkit.compile(model, pipeline=pipeline)
+    torch.manual_seed(2)  # the same dropout masks
+    with torch.set_grad_enabled(training):
+        out = call(**inputs)
+    if training:
+        out.loss.backward()
+    grads = [p.grad for p in model.parameters()] if training else []
+    return {"values": [out.loss.detach(), out.logits.detach(), *grads], "aliased": []}, \
+        getattr(call, "passkit_reports", [])
+
+
+PROGRAMS = {
+    "dropout": _case_function(_dropout, lambda training: [torch.randn(6, 5, generator=torch.Generator().manual_seed(1),
+                                                                      requires_grad=training)]),
+    "batchnorm": _case_batchnorm,
+    "input mutation": _case_function(
+        _mutate_input,
+        lambda training: [torch.randn(4, 3, generator=torch.Generator().manual_seed(1)),
+                          torch.randn(4, 3, generator=torch.Generator().manual_seed(2), requires_grad=training)],
+        mutated=(0,)),
+    "aliased output": _case_function(_aliases, lambda training: [
+        torch.randn(3, 4, generator=torch.Generator().manual_seed(1), requires_grad=training)]),
+    "gpt2": _case_gpt2,
+}
+
+
+def run_programs(pipelines: list[str]) -> dict:
+    """Every program through every pipeline that applies to it, compiled and eagerly."""
+    results: dict = {}
+    for pipeline in pipelines:
+        training = "inference" not in pipeline
+        for name, case in PROGRAMS.items():
+            eager, _ = case(None, training)
+            try:
+                compiled, reports = case(pipeline, training)
+            except Exception as exc:  # noqa: BLE001 - recorded, so the parent names every failing program
+                lines = str(exc).strip().splitlines()
+                compiled, reports = {"error": f"{type(exc).__name__}: {lines[0] if lines else ''}"}, []
+            results[(pipeline, name)] = {"eager": eager, "compiled": compiled, "cache": [r.cache for r in reports]}
+    return results
+
+
 def main() -> None:
+    if "--programs" in sys.argv:
+        at = sys.argv.index("--programs")
+        torch.save(run_programs(sys.argv[at + 2:]), sys.argv[at + 1])
+        return
     if "--hang-in-write" in sys.argv:
         from passkit import cache
 

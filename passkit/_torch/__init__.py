@@ -7,6 +7,7 @@ owns one side of torch:
 - ``tracing``: fake tensors, functional tracing, re-tracing, layouts and random fills;
 - ``ops``: decomposition tables, Core ATen, autograd formulas, random ops, symbolic sizes;
 - ``graph_passes``: torch's min-cut partitioner, fake-value propagation, reinplacing;
+- ``graph_pickle``: graph modules pickled node by node with their metadata (the compile cache);
 - ``inductor`` and ``inductor_cache``: Inductor's inner compiler and its cache form;
 - ``kernel_bundles``: a graph's C++ kernels built as a few libraries, not one each;
 - ``logs``: structured trace artifacts and Dynamo's compile ids;
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 from passkit._torch.graph_passes import *  # noqa: F403
 from passkit._torch.graph_passes import __all__ as _graph_passes
+from passkit._torch.graph_pickle import *  # noqa: F403
+from passkit._torch.graph_pickle import __all__ as _graph_pickle
 from passkit._torch.hops import *  # noqa: F403
 from passkit._torch.hops import __all__ as _hops
 from passkit._torch.inductor import *  # noqa: F403
@@ -36,4 +39,6 @@ from passkit._torch.tracing import __all__ as _tracing
 from passkit._torch.values import *  # noqa: F403
 from passkit._torch.values import __all__ as _values
 
-__all__ = [*_graph_passes, *_hops, *_inductor, *_inductor_cache, *_kernel_bundles, *_logs, *_ops, *_tracing, *_values]
+__all__ = [
+    *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_kernel_bundles, *_logs, *_ops, *_tracing, *_values,
+]

@@ -30,7 +30,7 @@ h1 { font-size: 22px; } h2 { font-size: 18px; border-bottom: 1px solid #ccd; pad
 h3 { font-size: 15px; margin-top: 20px; }
 table { border-collapse: collapse; } td, th { padding: 2px 10px; border-bottom: 1px solid #e3e6ee; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-tr.failed td { background: #fde2e1; } .changed { color: #0a6b2d; font-weight: 600; }
+tr.failed td { background: #fde2e1; } .changed { color: #0a6b2d; font-weight: 600; } .cached { color: #7a4d00; }
 pre { background: #f6f8fa; padding: 8px; overflow-x: auto; font: 12px/1.35 ui-monospace, monospace; }
 .add { background: #dcfce4; display: block; } .del { background: #fde2e1; display: block; } .hunk { color: #6a737d; display: block; }
 details { margin: 4px 0; } summary { cursor: pointer; }
@@ -152,6 +152,8 @@ def _table(steps: list[Any]) -> str:
         changed = '<span class="changed">yes</span>' if step.changed else ("" if step.number == 0 else "no")
         time = "" if step.number == 0 else f"{step.seconds * 1000:.1f} ms"
         figures = _e(step.error or format_stats(step.stats))
+        if step.cached:
+            figures = f'<span class="cached">loaded from the compile cache</span> {figures}'.rstrip()
         css = ' class="failed"' if step.error else ""
         rows.append(
             f'<tr{css}><td class="num">{step.number}</td><td>{_e(step.id)}</td><td>{_e(step.pass_name)}</td>'
@@ -187,6 +189,14 @@ def _code(steps: list[Any]) -> str:
     return "".join(parts)
 
 
+def _cache_note(history: ProgramHistory) -> str:
+    if history.cache != "hit":
+        return ""
+    return ('<p class="cached">Loaded from the compile cache: no step ran in this process. Each row is the '
+            "step as the run that compiled the program recorded it (its time, change and figures); node counts "
+            "are totals over the graphs.</p>")
+
+
 def render(histories: list[ProgramHistory]) -> str:
     """The whole page for every program of the run."""
     sections = []
@@ -199,7 +209,7 @@ def render(histories: list[ProgramHistory]) -> str:
             else "<p>No forward/backward split: the program was not partitioned.</p>"
         )
         sections.append(
-            f"<section><h2>{_e(history.label)}: pipeline {_e(history.pipeline)}</h2>"
+            f"<section><h2>{_e(history.label)}: pipeline {_e(history.pipeline)}</h2>{_cache_note(history)}"
             f"<h3>Step timeline</h3>{_timeline(history.steps)}"
             f"<h3>Steps</h3>{_table(history.steps)}"
             f"<h3>Forward/backward split</h3>{split_html}"

@@ -7,6 +7,11 @@ graph's code and, for a failing step, the error. The file is written again after
 (``passkit.debug.html.render``), so it exists, and shows the failing step, when a run fails.
 Every program (graph break, recompile) compiled in this process with the same report path gets
 its own section of the same file. Registered after ``repro``, it is the outermost instrument.
+
+A compile the compile cache answers runs no step; ``passkit_loaded_from_cache`` then writes the
+program's section from the stored report: one row per step of the run that compiled it (its
+times, changes and figures), each marked as loaded from the cache, node counts as totals over
+the graphs (all the stored rows have), the captured code and the loaded graphs' code.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ if TYPE_CHECKING:
     from passkit.hookspecs import StepContext
     from passkit.program import Program
 
-__all__ = ["passkit_run_step", "StepEntry", "ProgramHistory", "histories"]
+__all__ = ["passkit_run_step", "passkit_loaded_from_cache", "StepEntry", "ProgramHistory", "histories", "ALL_GRAPHS"]
+
+ALL_GRAPHS = "all graphs"  # the node-count column of a section loaded from the cache
 
 
 @dataclass
@@ -37,6 +44,7 @@ class StepEntry:
     stats: dict[str, Any] = field(default_factory=dict)
     codes: dict[str, str] = field(default_factory=dict)
     error: str = ""
+    cached: bool = False  # a row of the compiling run, shown for a compile the cache answered
 
 
 @dataclass
@@ -48,6 +56,7 @@ class ProgramHistory:
     training: bool
     steps: list[StepEntry] = field(default_factory=list)
     split: dict[str, Any] | None = None  # what passkit.debug.html.split_of found after partitioning
+    cache: str = ""  # "hit": loaded from the compile cache, no step ran
 
 
 # Report path -> the programs written into it by this process, in order.
@@ -108,3 +117,37 @@ def passkit_run_step(context: StepContext) -> Generator[None, bool | None, bool 
             history.split = split_of(program)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(render(histories[path]), encoding="utf-8")
+
+
+@hookimpl
+def passkit_loaded_from_cache(pipeline: Any, program: Program, report: Any, captured: dict[str, Any]) -> None:
+    """Write the section of a program the compile cache answered, from its stored report."""
+    path = pipeline.settings.report
+    if not path:
+        return
+    from passkit.debug.html import render, split_of
+
+    path = Path(path).resolve()
+    programs = histories.setdefault(path, [])
+    history = ProgramHistory(
+        label=f"graph {len(programs) + 1}, {'training' if program.training else 'inference'}",
+        pipeline=pipeline.label, training=program.training, cache="hit",
+    )
+    total = sum(len(gm.graph.nodes) for gm in captured.values())
+    history.steps.append(StepEntry(0, "captured", "", nodes={ALL_GRAPHS: total},
+                                   codes={name: gm.code for name, gm in captured.items()}))
+    ran = [record for record in report.records if record.status == "ran"]
+    for record in ran:
+        history.steps.append(StepEntry(
+            record.position + 1, record.id, record.pass_name, seconds=record.seconds, changed=record.changed,
+            nodes={ALL_GRAPHS: record.nodes_after}, stats=dict(record.stats), cached=True,
+        ))
+    if ran:  # the loaded graphs, as the last step that ran left them
+        history.steps[-1].codes = {name: code for name, code in _codes(program).items()
+                                   if history.steps[0].codes.get(name) != code}
+    if "forward" in program.graphs and "backward" in program.graphs:
+        history.split = split_of(program)
+    programs.append(history)
+    program.notes[_HISTORY_NOTE] = (str(path), len(programs) - 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(programs), encoding="utf-8")

@@ -67,6 +67,7 @@ def test_no_heading_documents_a_hook_that_does_not_exist() -> None:
 def test_hookspecs_define_the_hooks_this_test_knows() -> None:
     # If this fails, a hook was added: document it, and give it an example test below.
     assert sorted(expected_headings()) == [
+        "passkit_loaded_from_cache",
         "passkit_register_decompositions",
         "passkit_register_facts",
         "passkit_register_passes",
@@ -269,3 +270,17 @@ def test_should_apply_example_lets_only_the_first_two_pattern_applications_happe
     assert sum(node.target is torch.ops.aten.mul.Tensor for node in program.graphs["main"].graph.nodes) == 1
     x = torch.randn(3)
     torch.testing.assert_close(program.compiled["main"](x)[0], x + 3)
+
+
+def test_loaded_from_cache_example_sees_a_hit_and_only_a_hit(tmp_path: Path, register_passkit_plugin) -> None:
+    plugin = register_passkit_plugin(example_plugin("passkit_loaded_from_cache", tmp_path), name="doc_example")
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.sin() * 2
+
+    x = torch.randn(3, requires_grad=True)
+    passkit.aot_function(f, pipeline="training-python")(x)
+    assert plugin.HITS == []
+    passkit.aot_function(f, pipeline="training-python")(x)
+    steps = len(passkit.load_pipeline("training-python").steps)
+    assert plugin.HITS == [("training-python", steps, ["main"])]
