@@ -270,13 +270,26 @@ def _resolves_by_name(target: Any) -> bool:
 
 
 def _reloads_faithfully(gm: GraphModule) -> bool:
-    """Whether ``gm`` (and every submodule) is plain FX code over callables found by name."""
+    """Whether ``gm`` (and every submodule) is plain FX code over callables found by name, each
+    call reached from an input.
+
+    Unpickling re-traces the code symbolically, which runs a call on no traced value for real
+    and keeps its result as a constant: dropout's ``bernoulli`` on an ``empty`` came back as
+    one fixed mask for every call.
+    """
     for module in gm.modules():
         if not isinstance(module, GraphModule):
             return False
+        traced: set[Any] = set()
         for node in module.graph.nodes:
-            if node.op == "call_function" and not _resolves_by_name(node.target):
-                return False
+            if node.op == "placeholder":
+                traced.add(node)
+            elif node.op in ("call_function", "call_method", "call_module"):
+                if node.op == "call_function" and not _resolves_by_name(node.target):
+                    return False
+                if not any(arg in traced for arg in node.all_input_nodes):
+                    return False
+                traced.add(node)
     return True
 
 
