@@ -52,6 +52,7 @@ import importlib
 import inspect
 import json
 import logging
+import operator
 import os
 import pickle
 import platform
@@ -270,12 +271,12 @@ def _resolves_by_name(target: Any) -> bool:
 
 
 def _reloads_faithfully(gm: GraphModule) -> bool:
-    """Whether ``gm`` (and every submodule) is plain FX code over callables found by name, each
-    call reached from an input.
+    """Whether ``gm`` (and every submodule) is plain FX code over callables found by name, with
+    no random op that runs on no traced value.
 
-    Unpickling re-traces the code symbolically, which runs a call on no traced value for real
-    and keeps its result as a constant: dropout's ``bernoulli`` on an ``empty`` came back as
-    one fixed mask for every call.
+    Unpickling re-traces the code symbolically, which runs such a call once and keeps its result
+    as a constant: dropout2d's ``bernoulli`` on an ``empty`` came back as one fixed mask for
+    every call. A deterministic one (an attention mask's ``ones().tril()``) folds to its value.
     """
     for module in gm.modules():
         if not isinstance(module, GraphModule):
@@ -287,10 +288,19 @@ def _reloads_faithfully(gm: GraphModule) -> bool:
             elif node.op in ("call_function", "call_method", "call_module"):
                 if node.op == "call_function" and not _resolves_by_name(node.target):
                     return False
-                if not any(arg in traced for arg in node.all_input_nodes):
+                if any(arg in traced for arg in node.all_input_nodes):
+                    traced.add(node)
+                elif _may_draw(node):
                     return False
-                traced.add(node)
     return True
+
+
+def _may_draw(node: Any) -> bool:
+    """Whether a call may draw random numbers: a seeded op, or anything that is not an op."""
+    tags = getattr(node.target, "tags", None)
+    if tags is None:
+        return node.target is not operator.getitem
+    return torch.Tag.nondeterministic_seeded in tags
 
 
 def _store_callable(fn: Callable[..., Any]) -> tuple[str, Any] | None:
