@@ -85,7 +85,7 @@ __all__ = [
 ]
 
 CACHE_ENV = "PASSKIT_CACHE_DIR"
-FORMAT = 1
+FORMAT = 2  # 2: entries written before graphs with random draws on no input were refused (they replay one draw)
 MAGIC = b"passkit-cache-entry v1\n"
 SUFFIX = ".entry"
 TEMP_SUFFIX = ".tmp"
