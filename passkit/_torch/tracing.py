@@ -69,10 +69,16 @@ def new_fake_mode(*, shape_env: bool = False) -> FakeTensorMode:
 
 
 def fakify(mode: FakeTensorMode, value: Any) -> Any:
-    """A fake twin of ``value`` (same shape, dtype, strides, requires_grad); non-tensors pass."""
+    """A fake twin of ``value`` (same shape, dtype, strides, requires_grad), an autograd leaf;
+    non-tensors pass."""
     if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
         fake = mode.from_tensor(value, static_shapes=True)
         return fake
+    if isinstance(value, FakeTensor) and value.grad_fn is not None:
+        # Dynamo's DDP optimizer hands each piece the previous piece's fake outputs, history
+        # and all: differentiating through that history added the previous piece's gradient
+        # paths (and its fake values, as constants) to this one's, and freed its saved values.
+        return value.detach().requires_grad_(value.requires_grad)
     return value
 
 
