@@ -55,7 +55,6 @@ import importlib
 import inspect
 import json
 import logging
-import operator
 import os
 import platform
 import sys
@@ -88,7 +87,7 @@ __all__ = [
 ]
 
 CACHE_ENV = "PASSKIT_CACHE_DIR"
-FORMAT = 2  # 2: entries written before graphs with random draws on no input were refused (they replay one draw)
+FORMAT = 2  # 2: graphs stored node by node (1 pickled their code, which froze random draws into constants)
 MAGIC = b"passkit-cache-entry v1\n"
 SUFFIX = ".entry"
 TEMP_SUFFIX = ".tmp"
@@ -274,36 +273,14 @@ def _resolves_by_name(target: Any) -> bool:
 
 
 def _reloads_faithfully(gm: GraphModule) -> bool:
-    """Whether ``gm`` (and every submodule) is plain FX code over callables found by name, with
-    no random op that runs on no traced value.
-
-    Unpickling re-traces the code symbolically, which runs such a call once and keeps its result
-    as a constant: dropout2d's ``bernoulli`` on an ``empty`` came back as one fixed mask for
-    every call. A deterministic one (an attention mask's ``ones().tril()``) folds to its value.
-    """
+    """Whether ``gm`` (and every submodule) is plain FX code over callables found by name."""
     for module in gm.modules():
         if not isinstance(module, GraphModule):
             return False
-        traced: set[Any] = set()
         for node in module.graph.nodes:
-            if node.op == "placeholder":
-                traced.add(node)
-            elif node.op in ("call_function", "call_method", "call_module"):
-                if node.op == "call_function" and not _resolves_by_name(node.target):
-                    return False
-                if any(arg in traced for arg in node.all_input_nodes):
-                    traced.add(node)
-                elif _may_draw(node):
-                    return False
+            if node.op == "call_function" and not _resolves_by_name(node.target):
+                return False
     return True
-
-
-def _may_draw(node: Any) -> bool:
-    """Whether a call may draw random numbers: a seeded op, or anything that is not an op."""
-    tags = getattr(node.target, "tags", None)
-    if tags is None:
-        return node.target is not operator.getitem
-    return torch.Tag.nondeterministic_seeded in tags
 
 
 def _store_callable(fn: Callable[..., Any]) -> tuple[str, Any] | None:

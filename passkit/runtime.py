@@ -44,12 +44,9 @@ def _saved_sharing_mutated_inputs(program: Program, saved_values: Sequence[Any],
         for node, desc in zip(placeholders, program.io("forward").inputs)
         if desc.kind in ("param", "buffer", "user") and desc.index in mutated
     } - {None}
-    # A graph loaded from the compile cache has lost its nodes' values (a node stands in for
-    # its value): each such slot is checked at every call instead.
     return [
         k for k, value in enumerate(saved_values)
-        if isinstance(value, torch.fx.Node)
-        or (isinstance(value, torch.Tensor) and _torch.storage_of(value) in mutated_storages)
+        if isinstance(value, torch.Tensor) and _torch.storage_of(value) in mutated_storages
     ]
 
 

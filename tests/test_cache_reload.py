@@ -1,7 +1,8 @@
 """A program loaded from the compile cache computes what the freshly compiled one did.
 
-Unpickling a ``GraphModule`` re-traces its code symbolically: a call on no traced value (a
-factory, a random op on one) runs once and stays as a constant, and every node loses its value.
+Graphs used to be stored as pickled code, and unpickling re-traced it: a random op on no traced
+value ran once and stayed as a constant, and every node lost the value that tells the runtime
+which saved tensors share a mutated input's storage.
 """
 
 from __future__ import annotations
