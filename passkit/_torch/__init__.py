@@ -7,6 +7,7 @@ owns one side of torch:
 - ``ops``: decomposition tables, Core ATen, autograd formulas, random ops, symbolic sizes;
 - ``graph_passes``: torch's min-cut partitioner, fake-value propagation, reinplacing;
 - ``inductor`` and ``inductor_cache``: Inductor's inner compiler and its cache form;
+- ``inductor_slots``: the objects a mounted pipeline file puts in Inductor's custom-pass slots;
 - ``kernel_bundles``: a graph's C++ kernels built as a few libraries, not one each;
 - ``logs``: structured trace artifacts and Dynamo's compile ids;
 - ``values``: which values compiled kernels cannot read, and whether a trace records the call.
@@ -22,6 +23,8 @@ from passkit._torch.inductor import *  # noqa: F403
 from passkit._torch.inductor import __all__ as _inductor
 from passkit._torch.inductor_cache import *  # noqa: F403
 from passkit._torch.inductor_cache import __all__ as _inductor_cache
+from passkit._torch.inductor_slots import *  # noqa: F403
+from passkit._torch.inductor_slots import __all__ as _inductor_slots
 from passkit._torch.kernel_bundles import *  # noqa: F403
 from passkit._torch.kernel_bundles import __all__ as _kernel_bundles
 from passkit._torch.logs import *  # noqa: F403
@@ -33,4 +36,4 @@ from passkit._torch.tracing import __all__ as _tracing
 from passkit._torch.values import *  # noqa: F403
 from passkit._torch.values import __all__ as _values
 
-__all__ = [*_graph_passes, *_inductor, *_inductor_cache, *_kernel_bundles, *_logs, *_ops, *_tracing, *_values]
+__all__ = [*_graph_passes, *_inductor, *_inductor_cache, *_inductor_slots, *_kernel_bundles, *_logs, *_ops, *_tracing, *_values]
