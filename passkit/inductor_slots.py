@@ -106,11 +106,11 @@ class MountedFile:
         return run
 
     def _partitioner(self, steps: tuple[Step, ...]) -> Any:
-        def choose(joint: torch.fx.GraphModule, joint_inputs: Sequence[Any], num_fwd_outputs: int) -> list[str]:
+        def choose(joint: torch.fx.GraphModule, joint_inputs: Sequence[Any], num_fwd_outputs: int) -> list[str] | None:
             program = joint_program(joint, list(joint_inputs), num_fwd_outputs)
             self._run("partition", steps, program, "joint")
             if "backward" not in program.graphs:
-                raise PassError(f"{self.pipeline.label}: slot 'partition': no step split the joint graph")
+                return None  # the partitioner was skipped (bisection): torch's own min-cut cuts
             n_saved = sum(1 for d in program.io("backward").inputs if d.kind == "saved")
             placeholders = [n for n in program.graphs["backward"].graph.nodes if n.op == "placeholder"]
             return [n.name for n in placeholders[:n_saved]]

@@ -26,10 +26,24 @@ import torch
 import torch.fx
 from torch._inductor import custom_graph_pass as _custom
 
-__all__ = ["MountedPass", "MountedPartitioner", "put_back", "is_tangent", "is_sym_value"]
+__all__ = ["MountedPass", "MountedPartitioner", "put_back", "is_tangent", "is_sym_value", "inductor_caches_off"]
 
 # torch 2.12+ tells post-grad passes whether the compile is for inference.
 _GraphPassBase: Any = getattr(_custom, "CustomInferenceAwareGraphPass", _custom.CustomGraphPass)
+
+
+def inductor_caches_off() -> Any:
+    """A context with Inductor's FX graph cache and AOT Autograd's cache off: every compile runs
+    the slots (bisection changes which steps run without changing their uuids)."""
+    import contextlib
+
+    from torch._functorch import config as functorch_config
+    from torch._inductor import config as inductor_config
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(inductor_config.patch(fx_graph_cache=False))
+    stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
+    return stack
 
 
 def is_tangent(node: torch.fx.Node) -> bool:
@@ -75,9 +89,10 @@ def _detached(slot: str, uuid: str) -> MountedPass:
 
 class MountedPartitioner(_custom.CustomPartitionerFn):
     """The ``custom_partitioner_fn`` object: ``choose(joint, joint_inputs, num_fwd_outputs)``
-    returns the names of the joint's nodes to save; torch cuts the graph around them."""
+    returns the names of the joint's nodes to save, and torch cuts the graph around them; None
+    (the step did not run: bisection skipped it) leaves the cut to torch's own min-cut."""
 
-    def __init__(self, choose: Callable[[torch.fx.GraphModule, Sequence[Any], int], list[str]], uuid: str) -> None:
+    def __init__(self, choose: Callable[[torch.fx.GraphModule, Sequence[Any], int], list[str] | None], uuid: str) -> None:
         self._choose = choose
         self._uuid = uuid
 
@@ -86,6 +101,10 @@ class MountedPartitioner(_custom.CustomPartitionerFn):
     ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
         num_fwd_outputs = int(kwargs["num_fwd_outputs"])
         names = self._choose(gm, joint_inputs, num_fwd_outputs)
+        if names is None:
+            from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+            return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
         return cut_joint(gm, names, num_fwd_outputs, kwargs.get("static_lifetime_input_indices"))
 
     def uuid(self) -> str:
