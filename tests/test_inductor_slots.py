@@ -451,3 +451,13 @@ def test_bisect_inductor_names_the_first_bad_step_and_rewrite_inside_stock_torch
     lines = done.output.strip().splitlines()
     assert f"first bad step: {path}: steps[2] (test.relu_to_abs) (slot post_grad_post)" in lines
     assert any(line.startswith("  first bad pattern application: bugs:relu_abs (application ") for line in lines)
+
+
+def test_a_mounted_file_given_to_the_passkit_backend_says_how_to_mount_it() -> None:
+    with pytest.raises(passkit.PasskitError) as info:
+        passkit.compile(torch.nn.Linear(2, 2), pipeline="inductor-post-grad")
+    label = passkit.load_pipeline("inductor-post-grad").label
+    assert str(info.value) == (
+        f"{label}: the file mounts its steps in Inductor's slots; "
+        "use torch.compile(model, options=passkit.inductor_options('inductor-post-grad'))"
+    )
