@@ -59,15 +59,16 @@ def saved_bytes(contender: Contender) -> tuple[int, int]:
     return sum(n for n, _ in storages.values()), sum(n for n, act in storages.values() if act)
 
 
-def build(factory: Callable[[], Any], file: str) -> tuple[list[Contender], dict[str, Any]]:
+def build(factory: Callable[[], Any], file: str) -> tuple[list[Contender], dict[str, dict[str, Any]]]:
     base, example = factory()
     x = example[0]
     builders = [
         ("inductor", lambda m: torch.compile(m)),
         (f"mounted:{file}", lambda m: torch.compile(m, options=passkit.inductor_options(file))),
     ]
-    contenders, compile_s = [], {}
+    contenders, compile_s, rewrites = [], {}, {}
     for name, make in builders:
+        seen = len(passkit.reports())
         torch._dynamo.reset()
         model = copy.deepcopy(base)
         contender = Contender(name, model, make(model), x.clone())
@@ -75,10 +76,12 @@ def build(factory: Callable[[], Any], file: str) -> tuple[list[Contender], dict[
         with cold_kernel_cache():
             contender.step()
         compile_s[name] = time.perf_counter() - started
+        # What the mounted steps did: pattern rewrites over every graph (gemm, noops).
+        rewrites[name] = sum(r.stats.get("rewrites", 0) for report in passkit.reports()[seen:] for r in report.records)
         for _ in range(WARMUP_STEPS):
             contender.step()
         contenders.append(contender)
-    return contenders, compile_s
+    return contenders, {"compile_s": compile_s, "rewrites": rewrites}
 
 
 def warm_up(file: str) -> None:
@@ -92,7 +95,7 @@ def warm_up(file: str) -> None:
 
 def run_workload(name: str, file: str, rounds: int) -> dict[str, Any]:
     factory, default_rounds = WORKLOADS[name]
-    contenders, compile_s = build(factory, file)
+    contenders, built = build(factory, file)
     for index in range(rounds or default_rounds):
         order = contenders if index % 2 == 0 else contenders[::-1]
         for contender in order:
@@ -105,7 +108,8 @@ def run_workload(name: str, file: str, rounds: int) -> dict[str, Any]:
         rows[contender.name] = {
             "median_ms": contender.median_s * 1e3,
             "min_ms": contender.min_s * 1e3,
-            "compile_s": compile_s[contender.name],
+            "compile_s": built["compile_s"][contender.name],
+            "rewrites": built["rewrites"][contender.name],
             "saved_bytes": total,
             "activation_bytes": activations,
         }
@@ -115,13 +119,13 @@ def run_workload(name: str, file: str, rounds: int) -> dict[str, Any]:
 def print_table(workload: str, rows: dict[str, dict[str, Any]]) -> None:
     base = rows["inductor"]
     print(f"\n== {workload} ==")
-    header = f"{'contender':<34} {'median':>10} {'min':>10} {'vs inductor':>11} {'compile':>9} {'saved':>10} {'activations':>11}"
+    header = f"{'contender':<34} {'median':>10} {'min':>10} {'vs inductor':>11} {'compile':>9} {'saved':>10} {'activations':>11} {'rewrites':>8}"
     print(header)
     print("-" * len(header))
     for name, row in rows.items():
         print(
             f"{name:<34} {row['median_ms']:7.2f} ms {row['min_ms']:7.2f} ms {row['median_ms'] / base['median_ms']:10.3f}x"
-            f" {row['compile_s']:7.2f} s {row['saved_bytes'] / 2**20:6.2f} MiB {row['activation_bytes'] / 2**20:7.2f} MiB"
+            f" {row['compile_s']:7.2f} s {row['saved_bytes'] / 2**20:6.2f} MiB {row['activation_bytes'] / 2**20:7.2f} MiB {row['rewrites']:8d}"
         )
 
 

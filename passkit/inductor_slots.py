@@ -113,7 +113,10 @@ class MountedFile:
                 return None  # the partitioner was skipped (bisection): torch's own min-cut cuts
             n_saved = sum(1 for d in program.io("backward").inputs if d.kind == "saved")
             placeholders = [n for n in program.graphs["backward"].graph.nodes if n.op == "placeholder"]
-            return [n.name for n in placeholders[:n_saved]]
+            saved = {n.name for n in placeholders[:n_saved]}
+            # In the joint's order: a partitioner may pick from a set, and Inductor's cache keys
+            # on the forward's code, outputs in order included.
+            return [n.name for n in joint.graph.nodes if n.name in saved]
 
         return choose
 
