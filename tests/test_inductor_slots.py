@@ -198,6 +198,7 @@ def test_validate_and_explain_accept_a_mounted_file(tmp_path: Path) -> None:
 # Running inside torch.compile
 
 
+@pytest.mark.slow
 def test_the_shipped_file_trains_like_eager_and_reports_each_step_per_graph() -> None:
     model, x = mlp()
     eager = copy.deepcopy(model)
@@ -219,6 +220,7 @@ def test_the_shipped_file_trains_like_eager_and_reports_each_step_per_graph() ->
     assert partition.stats["saved"] > 0 and partition.stats["saved_bytes"] > 0
 
 
+@pytest.mark.slow
 def test_verify_facts_names_the_slot_step_that_broke_a_fact(tmp_path: Path, register_passkit_plugin) -> None:
     @passkit.graph_pass("test.sneaky_inplace", requires={"functional"})
     def sneaky_inplace(program: passkit.Program) -> bool:
@@ -252,6 +254,7 @@ def test_verify_facts_names_the_slot_step_that_broke_a_fact(tmp_path: Path, regi
             "main:relu (aten.relu_.default)") in str(info.value)
 
 
+@pytest.mark.slow
 def test_dump_writes_every_graph_each_slot_saw(tmp_path: Path) -> None:
     path = write(tmp_path, "dumped.toml", """
         [[steps]]
@@ -284,6 +287,7 @@ def _inference_code(model: torch.nn.Module, x: torch.Tensor, **compile_kwargs) -
     return out, "\n".join(line for text in code for line in text.splitlines() if not line.startswith("# AOT ID:"))
 
 
+@pytest.mark.slow
 def test_an_empty_file_leaves_inductors_code_identical(tmp_path: Path) -> None:
     model, x = mlp()
     _, plain = _inference_code(model, x)
@@ -291,6 +295,7 @@ def test_an_empty_file_leaves_inductors_code_identical(tmp_path: Path) -> None:
     assert mounted == plain
 
 
+@pytest.mark.slow
 def test_the_example_plugins_gelu_tanh_rewrite_is_in_inductors_output_code(tmp_path: Path) -> None:
     pytest.importorskip("passkit_example")
     path = write(tmp_path, "gelu.toml", """
@@ -315,7 +320,7 @@ def test_the_example_plugins_gelu_tanh_rewrite_is_in_inductors_output_code(tmp_p
 
 
 @pytest.mark.slow
-def test_dynamic_shapes_compile_once_with_the_slots_mounted() -> None:
+def test_with_dynamic_shapes_the_mounted_file_trains_like_eager_at_two_sizes() -> None:
     model, _ = mlp()
     eager = copy.deepcopy(model)
     compiled = torch.compile(model, options=passkit.inductor_options("inductor-post-grad"), dynamic=True)
