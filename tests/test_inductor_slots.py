@@ -198,7 +198,6 @@ def test_validate_and_explain_accept_a_mounted_file(tmp_path: Path) -> None:
 # Running inside torch.compile
 
 
-@pytest.mark.slow
 class GatedMLP(torch.nn.Module):
     """Two projections of one input (gate and up, as in Llama): what the ``gemm`` set merges."""
 
@@ -210,6 +209,7 @@ class GatedMLP(torch.nn.Module):
         return self.down(torch.nn.functional.silu(self.gate(x)) * self.up(x))
 
 
+@pytest.mark.slow
 def test_the_shipped_file_trains_like_eager_and_reports_each_step_per_graph() -> None:
     torch.manual_seed(0)
     model, x = GatedMLP(), torch.randn(5, 6)
