@@ -146,8 +146,10 @@ def cut_joint(
 
         keywords["static_lifetime_input_nodes"] = OrderedSet(placeholders[i] for i in static_lifetime)
     forward, backward = partitioners._extract_fwd_bwd_modules(joint, saved_values, **keywords)
+    keep_collectives = getattr(partitioners, "is_not_collective", None)  # newer torch only
     for gm in (forward, backward):
-        gm.graph.eliminate_dead_code(is_impure_node=partitioners.is_not_collective)
+        if keep_collectives is not None:
+            gm.graph.eliminate_dead_code(is_impure_node=keep_collectives)
         gm.recompile()
     return forward, backward
 
