@@ -1,6 +1,7 @@
 """passkit: PyTorch's AOT training compiler as a pipeline of named passes, composed in TOML.
 
-Users call ``compile``, ``backend``, ``aot_function``, ``aot_module`` and ``load_pipeline``;
+Users call ``compile``, ``backend``, ``aot_function``, ``aot_module`` and ``load_pipeline``, or mount
+a pipeline file in stock ``torch.compile`` with ``inductor_options``;
 plugin authors use ``graph_pass``, ``hookimpl``, ``Program``, ``Fact`` and ``StepContext``. The torch-heavy entry points
 import lazily so that ``import passkit`` (and the CLI) start fast.
 """
@@ -35,6 +36,7 @@ __all__ = [
     "compile",
     "graph_pass",
     "hookimpl",
+    "inductor_options",
     "load_pipeline",
     "patterns",
     "reports",
@@ -49,6 +51,7 @@ _LAZY = {
     "load_pipeline": "passkit.api",
     "Pipeline": "passkit.pipeline",
     "reports": "passkit.compile_options",
+    "inductor_options": "passkit.inductor_slots",
 }
 
 

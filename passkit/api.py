@@ -76,6 +76,11 @@ def load_pipeline(name_or_path: Any) -> Any:
 
 def _resolve(pipeline: Any, settings: dict[str, Any]) -> Any:
     resolved = load_pipeline(pipeline)
+    if resolved.mounted:  # its steps run in Inductor's slots, around torch's own stages
+        raise PasskitError(
+            f"{resolved.label}: the file mounts its steps in Inductor's slots; "
+            f"use torch.compile(model, options=passkit.inductor_options({str(pipeline)!r}))"
+        )
     return resolved.with_settings(**settings) if settings else resolved
 
 

@@ -79,6 +79,7 @@ __all__ = [
     "CACHE_ENV",
     "cache_dir",
     "cache_key",
+    "plan_digest",
     "cache_enabled",
     "CompileCache",
     "CacheInfo",
@@ -203,6 +204,22 @@ def cache_key(pipeline: Pipeline, program: Program, *, plugins: Iterable[str] = 
         "versions": _versions(),
         "passkit_sources": passkit_source_digest(),
         "device": _device(program),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def plan_digest(pipeline: Pipeline, plugins: Iterable[str] = ()) -> str:
+    """The program-independent part of ``cache_key``: the resolved steps (their fingerprints and
+    options), their cache contexts, the registered plugins and the versions of torch, Python and
+    passkit and passkit's sources. A mounted file's Inductor slots key on it (their ``uuid``)."""
+    parts = {
+        "format": FORMAT,
+        "pipeline": pipeline.fingerprint(),
+        "contexts": [[step.id, step.pass_.cache_context(step.options)]
+                     for step in pipeline.steps if step.pass_.cache_context is not None],
+        "plugins": sorted(plugins),
+        "versions": _versions(),
+        "passkit_sources": passkit_source_digest(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 

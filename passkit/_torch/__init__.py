@@ -9,6 +9,7 @@ owns one side of torch:
 - ``graph_passes``: torch's min-cut partitioner, fake-value propagation, reinplacing;
 - ``graph_pickle``: graph modules pickled node by node with their metadata (the compile cache);
 - ``inductor`` and ``inductor_cache``: Inductor's inner compiler and its cache form;
+- ``inductor_slots``: the objects a mounted pipeline file puts in Inductor's custom-pass slots;
 - ``kernel_bundles``: a graph's C++ kernels built as a few libraries, not one each;
 - ``logs``: structured trace artifacts and Dynamo's compile ids;
 - ``values``: which values compiled kernels cannot read, and whether a trace records the call.
@@ -28,6 +29,8 @@ from passkit._torch.inductor import *  # noqa: F403
 from passkit._torch.inductor import __all__ as _inductor
 from passkit._torch.inductor_cache import *  # noqa: F403
 from passkit._torch.inductor_cache import __all__ as _inductor_cache
+from passkit._torch.inductor_slots import *  # noqa: F403
+from passkit._torch.inductor_slots import __all__ as _inductor_slots
 from passkit._torch.kernel_bundles import *  # noqa: F403
 from passkit._torch.kernel_bundles import __all__ as _kernel_bundles
 from passkit._torch.logs import *  # noqa: F403
@@ -39,6 +42,8 @@ from passkit._torch.tracing import __all__ as _tracing
 from passkit._torch.values import *  # noqa: F403
 from passkit._torch.values import __all__ as _values
 
+
 __all__ = [
-    *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_kernel_bundles, *_logs, *_ops, *_tracing, *_values,
+    *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_slots, *_kernel_bundles, *_logs,
+    *_ops, *_tracing, *_values,
 ]

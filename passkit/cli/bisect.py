@@ -26,13 +26,15 @@ __all__ = ["command"]
               help="Factory returning (module, example_inputs); default: the bundled transformer block.")
 @click.option("--repro", "repro", metavar="DIR", default=None,
               help="Bisect a reproducer folder (its program, inputs and pipeline) instead of FILE and a model.")
+@click.option("--inductor", is_flag=True,
+              help="FILE is mounted in stock torch.compile's Inductor slots: bisect its steps there.")
 @click.option("--out", metavar="FILE", default=None,
               help="Where to write the minimal pipeline (default: <pipeline name>-minimal.toml).")
 @plugin_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def command(
-    ctx: click.Context, file: str | None, model: str | None, repro: str | None, out: str | None,
+    ctx: click.Context, file: str | None, model: str | None, repro: str | None, inductor: bool, out: str | None,
     plugins: tuple[str, ...], as_json: bool,
 ) -> None:
     """Find the first step of pipeline FILE that changes the model's numerics or crashes.
@@ -40,8 +42,9 @@ def command(
     Inside a step that applies patterns (rewrite) it goes on to the first bad pattern
     application. Prints 'first bad step: <file>: steps[i] (<id>)', writes a minimal pipeline
     that still fails, and a reproducer. With --repro DIR in place of FILE and --model, it
-    bisects a reproducer folder. Exits 1 when a bad step is found, 0 when every step is good,
-    2 on bad input.
+    bisects a reproducer folder. With --inductor, FILE is a mounted file (passkit.inductor_options)
+    and each trial compiles the model with stock torch.compile. Exits 1 when a bad step is found,
+    0 when every step is good, 2 on bad input.
     """
     from passkit.debug.bisect import confirm, write_minimal
     from passkit.errors import PasskitError
@@ -54,6 +57,11 @@ def command(
         raise PasskitError("passkit bisect: give a pipeline FILE (with --model) or --repro DIR")
     register_plugins(plugins)
     registry, pm = get_registry(), get_plugin_manager()
+    if inductor:
+        if repro is not None or file is None:
+            raise PasskitError("passkit bisect --inductor: give a mounted pipeline FILE (with --model), not --repro")
+        _bisect_mounted(ctx, file, model, as_json, pm, registry)
+        return
     if repro is not None:
         from passkit.debug.bisect_repro import bisect_reproducer
 
@@ -82,6 +90,40 @@ def command(
     else:
         terminal.out(_text(pipeline, spec, results, path, confirmed))
     if found is not None:
+        ctx.exit(1)
+
+
+def _bisect_mounted(ctx: click.Context, file: str, model: str | None, as_json: bool, pm: Any, registry: Any) -> None:
+    from passkit.check import DEFAULT_MODEL
+    from passkit.debug.bisect_inductor import bisect_mounted
+    from passkit.pipeline import load_pipeline
+
+    pipeline = load_pipeline(file, registry=registry, mounted=True)
+    spec = model or DEFAULT_MODEL
+    result = bisect_mounted(pipeline, spec, pm=pm, registry=registry, progress=terminal.note)
+    bad, application = result.first_bad, result.pattern_application
+    if as_json:
+        terminal.write_json({
+            "pipeline": pipeline.label, "model": spec, "inductor": True,
+            "first_bad_step": None if bad is None else {
+                "number": bad.position + 1, "id": bad.id, "pass": bad.pass_name, "slot": bad.slot,
+                "label": pipeline.where(bad), "kind": result.outcome.kind, "message": result.outcome.message,
+                "pattern_application": None if application is None else {
+                    **dataclasses.asdict(application), "nodes": list(application.nodes),
+                    "number": result.application_number, "of": result.applications},
+            },
+            "trials": result.trials,
+        })
+    elif bad is None:
+        terminal.out(f"every step is good: {pipeline.label} mounted in torch.compile on {spec} agrees with eager")
+    else:
+        lines = [f"first bad step: {pipeline.where(bad)} (slot {bad.slot})",
+                 f"  {result.outcome.kind}: {result.outcome.message}"]
+        if application is not None:
+            lines.append(f"  first bad pattern application: {application.name} (application "
+                         f"{result.application_number} of {result.applications}), graph {application.graph}, nodes {', '.join(application.nodes) or '-'}")
+        terminal.out("\n".join(lines))
+    if bad is not None:
         ctx.exit(1)
 
 

@@ -60,6 +60,8 @@ def explain_text(pipeline: Pipeline) -> str:
             flags.append(f"disabled by {step.origin.get('enabled', DEFAULT_ORIGIN)}")
         if step.when:
             flags.append(f"when = {step.when}")
+        if step.slot is not None:
+            flags.append(f"slot {step.slot}, set by {step.origin.get('slot', DEFAULT_ORIGIN)}")
         title = f"{step.id} (pass {step.pass_name})" if step.id != step.pass_name else step.id
         if flags:
             title += f" [{', '.join(flags)}]"

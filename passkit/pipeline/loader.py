@@ -17,6 +17,7 @@ from passkit.pipeline.contracts import check_contracts
 from passkit.pipeline.messages import did_you_mean, display_path
 from passkit.pipeline.model import Pipeline
 from passkit.pipeline.overlay import Draft, apply_file, check_top_level, finalize, read_header
+from passkit.pipeline.slots import check_slots
 
 if TYPE_CHECKING:
     from passkit.registry import Registry
@@ -114,7 +115,7 @@ def _resolve(path: Path, file: str, registry: Registry, chain: tuple[tuple[Path,
     return draft
 
 
-def load_pipeline(name_or_path: str | Path | Pipeline, *, registry: Registry) -> Pipeline:
+def load_pipeline(name_or_path: str | Path | Pipeline, *, registry: Registry, mounted: bool = False) -> Pipeline:
     """Load, validate and contract-check a pipeline given by name, by path, or as a ``Pipeline``.
 
     Every step's pass, every option that names a registered thing and every settings key is
@@ -122,15 +123,19 @@ def load_pipeline(name_or_path: str | Path | Pipeline, *, registry: Registry) ->
 
     A str without a path separator and without a ``.toml`` suffix names a registered pipeline;
     anything else is a path. The contracts are checked for the training plan when the pipeline
-    can train, else for the inference plan.
+    can train, else for the inference plan. A file whose steps name Inductor slots (or any file
+    with ``mounted``) is checked as a mounted file instead (``passkit.pipeline.slots``): every
+    step gets its slot, and no codegen step is needed.
 
     Raises:
         PipelineError: one line, starting with the file that holds the mistake.
     """
     if isinstance(name_or_path, Pipeline):
-        return name_or_path
+        return check_slots(name_or_path, registry) if mounted else name_or_path
     path, file = _locate(name_or_path, registry, referrer=None)
     draft = _resolve(path, file, registry, ())
     pipeline = finalize(draft, source=path, settings_model=registry.settings_model)
+    if mounted or pipeline.mounted:
+        return check_slots(pipeline, registry)
     check_contracts(pipeline, registry, training=pipeline.can_train)
     return pipeline

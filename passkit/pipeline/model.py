@@ -68,6 +68,8 @@ class Step:
     origin: dict[str, str]  # "pass", "when", "enabled", each option -> file that set it
     # Where the step was written, for messages: "x.toml: steps[1] (partition.default)".
     location: str = ""
+    # The Inductor custom-pass slot a mounted file runs the step in (``passkit.inductor_slots``).
+    slot: str | None = None
 
     @property
     def pass_name(self) -> str:
@@ -106,6 +108,11 @@ class Pipeline:
     def can_train(self) -> bool:
         """Whether an enabled step produces the ``joint`` fact, so a training program can run."""
         return any(step.enabled and "joint" in step.pass_.produces for step in self.steps)
+
+    @property
+    def mounted(self) -> bool:
+        """Whether the file mounts its steps in Inductor's custom-pass slots (a step sets ``slot``)."""
+        return any(step.slot is not None for step in self.steps)
 
     @property
     def label(self) -> str:
@@ -168,7 +175,8 @@ class Pipeline:
         plan = []
         for step in self.steps:
             options = options_json(step.options)
-            plan.append([step.id, step.pass_name, step.when, step.enabled, options, step.pass_.fingerprint()])
+            entry = [step.id, step.pass_name, step.when, step.enabled, options, step.pass_.fingerprint()]
+            plan.append(entry + [step.slot] if step.slot is not None else entry)
         text = json.dumps(plan, sort_keys=True, default=repr)
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -189,4 +197,5 @@ def _explain_step(step: Step) -> dict[str, Any]:
         "enabled": step.enabled,
         "from": {key: step.origin[key] for key in ("pass", "when", "enabled")},
         "options": described,
+        **({"slot": {"value": step.slot, "from": step.origin.get("slot", "")}} if step.slot is not None else {}),
     }

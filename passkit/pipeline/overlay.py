@@ -61,6 +61,7 @@ class DraftStep:
     origin: dict[str, str]
     file: str
     index: int
+    slot: str | None = None
     item_origin: dict[str, list[str]] = field(default_factory=dict)  # list option -> each item's file
 
     @property
@@ -239,10 +240,12 @@ def _apply_steps(draft: Draft, steps: list[dict[str, Any]], file: str, registry:
                 "pass": file,
                 "when": file if "when" in raw else DEFAULT_ORIGIN,
                 "enabled": file if "enabled" in raw else DEFAULT_ORIGIN,
+                **({"slot": file} if "slot" in raw else {}),
                 **{key: file for key in options},
             },
             file=file,
             index=index,
+            slot=header.slot,
         )
         _insert(draft, step, header, label, last_after)
 
@@ -335,6 +338,9 @@ def _apply_override(draft: Draft, step_id: str, table: Any, file: str, registry:
     if "enabled" in table:
         step.enabled = bool(header.enabled)
         step.origin["enabled"] = file
+    if "slot" in table:
+        step.slot = header.slot
+        step.origin["slot"] = file
 
 
 def finalize(draft: Draft, source: Path | None, settings_model: type[Settings]) -> Pipeline:
@@ -356,6 +362,7 @@ def finalize(draft: Draft, source: Path | None, settings_model: type[Settings]) 
                 enabled=draft_step.enabled,
                 origin=origin,
                 location=draft_step.location,
+                slot=draft_step.slot,
             )
         )
     return Pipeline(

@@ -19,10 +19,17 @@ __all__ = [
     "STEP_KEYS",
     "OVERRIDE_KEYS",
     "FIXED_STEP_KEYS",
+    "SLOT_NAMES",
     "PipelineHeader",
     "StepHeader",
     "OverrideHeader",
 ]
+
+
+# Inductor's custom-pass slots a step can be mounted in, in the order torch runs them
+# (``passkit.pipeline.slots`` owns what each one holds).
+SLOT_NAMES = ("pre_grad", "joint_pre", "joint_post", "partition", "post_grad_pre", "post_grad_post")
+SlotName = Literal["pre_grad", "joint_pre", "joint_post", "partition", "post_grad_pre", "post_grad_post"]
 
 
 class _Strict(pydantic.BaseModel):
@@ -45,6 +52,7 @@ class StepHeader(_Strict):
     id: str | None = None
     when: Literal["training", "inference"] | None = None
     enabled: bool = True
+    slot: SlotName | None = None
     before: str | None = None
     after: str | None = None
 
@@ -54,12 +62,13 @@ class OverrideHeader(_Strict):
 
     when: Literal["training", "inference"] | None = None
     enabled: bool | None = None
+    slot: SlotName | None = None
 
 
 TOP_LEVEL_TABLES = ("pipeline", "settings", "steps", "override")
 PIPELINE_KEYS = tuple(PipelineHeader.model_fields)
 SETTINGS_KEYS = tuple(Settings.model_fields)
-STEP_KEYS = ("pass", "id", "when", "enabled", "before", "after")
+STEP_KEYS = ("pass", "id", "when", "enabled", "slot", "before", "after")
 OVERRIDE_KEYS = tuple(OverrideHeader.model_fields)
 # Keys an override may not change: they decide which step it is and where it stands.
 FIXED_STEP_KEYS = ("pass", "id", "before", "after")
