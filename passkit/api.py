@@ -16,6 +16,7 @@ on-disk compile cache (``passkit.cache``) unless ``cache = "off"``.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Callable, Sequence
 
 import torch
@@ -74,12 +75,17 @@ def load_pipeline(name_or_path: Any) -> Any:
     return load(name_or_path, registry=get_registry())
 
 
+def _argument(pipeline: Any, resolved: Any) -> str:
+    """How the user named the pipeline: their string or path, else the loaded pipeline's name."""
+    return str(pipeline) if isinstance(pipeline, (str, os.PathLike)) else resolved.name
+
+
 def _resolve(pipeline: Any, settings: dict[str, Any]) -> Any:
     resolved = load_pipeline(pipeline)
     if resolved.mounted:  # its steps run in Inductor's slots, around torch's own stages
         raise PasskitError(
             f"{resolved.label}: the file mounts its steps in Inductor's slots; "
-            f"use torch.compile(model, options=passkit.inductor_options({str(pipeline)!r}))"
+            f"use torch.compile(model, options=passkit.inductor_options({_argument(pipeline, resolved)!r}))"
         )
     return resolved.with_settings(**settings) if settings else resolved
 

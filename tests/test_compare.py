@@ -27,12 +27,16 @@ def test_settings_looser_than_the_dtype_floor_still_win() -> None:
 def test_float32_on_a_gpu_with_tf32_is_held_to_half_precision() -> None:
     with _torch.new_fake_mode():
         on_gpu = torch.empty(3, device="cuda")
-    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    matmul = torch.backends.cuda.matmul.allow_tf32
     try:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, True
-        assert dtype_tolerance(on_gpu) == (5e-3, 1e-4)  # cuDNN's convolutions use TF32 by default
-        torch.backends.cudnn.allow_tf32 = False
-        assert dtype_tolerance(on_gpu) == (0.0, 0.0)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        with torch.backends.cudnn.flags(allow_tf32=True):
+            assert dtype_tolerance(on_gpu) == (5e-3, 1e-4)  # cuDNN's convolutions use TF32 by default
+        with torch.backends.cudnn.flags(allow_tf32=False):
+            assert dtype_tolerance(on_gpu) == (0.0, 0.0)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        with torch.backends.cudnn.flags(allow_tf32=False):
+            assert dtype_tolerance(on_gpu) == (5e-3, 1e-4)
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+        torch.backends.cuda.matmul.allow_tf32 = matmul
     assert dtype_tolerance(torch.empty(3)) == (0.0, 0.0)

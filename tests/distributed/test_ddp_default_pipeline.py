@@ -15,17 +15,13 @@ from __future__ import annotations
 import copy
 import datetime
 import os
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
-
-from test_ddp_fsdp import _free_port
 
 pytestmark = pytest.mark.slow
 
@@ -35,21 +31,10 @@ WORLD = 2
 DEADLINE_S = 540
 
 
-def spawn_ranks(fn: Callable[..., None], *args: Any, deadline_s: float = DEADLINE_S) -> None:
-    """``mp.spawn`` on ``WORLD`` ranks that fails, rather than hangs, after ``deadline_s``."""
-    context = mp.spawn(fn, args=(WORLD, _free_port(), *args), nprocs=WORLD, join=False)
-    end = time.monotonic() + deadline_s
-    while not context.join(timeout=5):
-        if time.monotonic() > end:
-            for process in context.processes:
-                if process.is_alive():
-                    process.kill()
-            pytest.fail(f"the {WORLD} ranks did not finish within {deadline_s:.0f} s (a gloo deadlock?)")
-
-
-def _init(rank: int, world: int, port: int) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=DEADLINE_S))
+def _init(rank: int, world: int, init_method: str) -> None:
+    # A collective that waits longer than this raises instead of hanging (spawn_ranks has its own deadline).
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=DEADLINE_S))
     torch.set_num_threads(1)
 
 
@@ -60,10 +45,10 @@ def _model() -> nn.Module:
     return nn.Sequential(Block(DIM, 4), Block(DIM, 4))
 
 
-def _train_rank(rank: int, world: int, port: int, out_dir: str, pipeline: str) -> None:
+def _train_rank(rank: int, world: int, init_method: str, out_dir: str, pipeline: str) -> None:
     import passkit
 
-    _init(rank, world, port)
+    _init(rank, world, init_method)
     try:
         base = _model()
         eager = nn.parallel.DistributedDataParallel(copy.deepcopy(base), bucket_cap_mb=BUCKET_MB)
@@ -88,8 +73,8 @@ def _train_rank(rank: int, world: int, port: int, out_dir: str, pipeline: str) -
 
 
 @pytest.mark.parametrize("pipeline", ["training", "training-python"])
-def test_multi_graph_ddp_matches_eager_ddp(tmp_path: Path, pipeline: str) -> None:
-    spawn_ranks(_train_rank, str(tmp_path), pipeline)
+def test_multi_graph_ddp_matches_eager_ddp(tmp_path: Path, spawn_ranks, pipeline: str) -> None:
+    spawn_ranks(_train_rank, str(tmp_path), pipeline, world=WORLD, deadline=DEADLINE_S)
     codegen = "codegen.inductor" if pipeline == "training" else "codegen.python"
     for rank in range(WORLD):
         results = torch.load(tmp_path / f"rank{rank}.pt")
@@ -135,11 +120,11 @@ class _FailsOnALaterPiece:
         return Plugin()
 
 
-def _failing_rank(rank: int, world: int, port: int, out_dir: str) -> None:
+def _failing_rank(rank: int, world: int, init_method: str, out_dir: str) -> None:
     import passkit
     from passkit.plugins import get_plugin_manager
 
-    _init(rank, world, port)
+    _init(rank, world, init_method)
     try:
         get_plugin_manager().register(_FailsOnALaterPiece.plugin(), name="ddp_test")
         pipeline = Path(out_dir) / "failing.toml"
@@ -162,8 +147,8 @@ def _failing_rank(rank: int, world: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def test_a_step_failing_in_a_later_ddp_piece_writes_a_reproducer(tmp_path: Path) -> None:
-    spawn_ranks(_failing_rank, str(tmp_path))
+def test_a_step_failing_in_a_later_ddp_piece_writes_a_reproducer(tmp_path: Path, spawn_ranks) -> None:
+    spawn_ranks(_failing_rank, str(tmp_path), world=WORLD, deadline=DEADLINE_S)
     for rank in range(WORLD):
         message = (tmp_path / f"rank{rank}.txt").read_text()
         assert "failed: RuntimeError: planted failure in a later piece" in message

@@ -25,7 +25,7 @@ from passkit_triton.launch import RegionLauncher
 __all__ = ["LOADER", "RegionKernels", "TritonGraph", "build_graph", "load"]
 
 LOADER = "passkit_triton.stored:load"
-FORMAT = 1  # what an entry holds; a change makes older entries fail to load (and recompile)
+FORMAT = 2  # what an entry holds; a change makes older entries fail to load (and recompile)
 
 
 @dataclass(frozen=True)
@@ -55,15 +55,14 @@ class TritonGraph:
         return [launcher for launcher in found if isinstance(launcher, RegionLauncher)]
 
     def passkit_cache_payload(self) -> tuple[str, Any]:
-        # Not the fused GraphModule itself: unpickling one traces its code again, which inlines
-        # the region submodules. Its graph (without metadata, which holds fake tensors) and the
-        # modules and constants it names keep the regions.
+        # The fused graph without its metadata (fake tensors), over the modules and constants it
+        # names; passkit's cache stores graph modules node by node, region submodules included.
         graph = Graph()
         graph.output(graph.graph_copy(self.fused.graph, {}))
         for node in graph.nodes:
             node.meta = {}
         named = {str(n.target): _attribute(self.fused, str(n.target)) for n in graph.nodes if n.op in ("call_module", "get_attr")}
-        return LOADER, (FORMAT, graph, named, self.regions, self.launch)
+        return LOADER, (FORMAT, GraphModule(named, graph), self.regions, self.launch)
 
 
 def _attribute(module: GraphModule, target: str) -> Any:
@@ -106,7 +105,7 @@ def build_graph(fused: GraphModule, regions: dict[str, RegionKernels], launch: d
 
 def load(payload: Any) -> TritonGraph:
     """Rebuild a compiled graph from its cache payload (passkit's cache calls this on a hit)."""
-    version, graph, named, regions, launch = payload
+    version, fused, regions, launch = payload
     if version != FORMAT:
         raise ValueError(f"a codegen.triton entry of format {version}, this plugin reads {FORMAT}")
-    return build_graph(GraphModule(named, graph), regions, launch)
+    return build_graph(fused, regions, launch)
