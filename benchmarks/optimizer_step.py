@@ -38,7 +38,7 @@ import torch
 
 import passkit
 from paired import head_to_head, repetitions
-from step_time import cold_kernel_cache, disable_compile_caches, machine, Placement
+from step_time import Placement, cold_kernel_cache, disable_compile_caches, machine, time_rounds
 
 WARMUP_STEPS = 2
 HEAD_TO_HEAD_SECONDS = 3.0
@@ -74,15 +74,6 @@ def build(name: str, base: torch.nn.Module, x: torch.Tensor, compile_step: Calla
     for _ in range(WARMUP_STEPS):
         contender.step()
     return contender
-
-
-def time_rounds(contenders: list[Contender], rounds: int) -> None:
-    for round_index in range(rounds):
-        shift = round_index % len(contenders)
-        for contender in contenders[shift:] + contenders[:shift]:
-            started = time.perf_counter()
-            contender.step()
-            contender.times_s.append(time.perf_counter() - started)
 
 
 def main(argv: list[str] | None = None) -> int:

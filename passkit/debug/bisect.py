@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from passkit.program import Program
     from passkit.registry import Registry
 
-__all__ = ["StepFilter", "Outcome", "Bisection", "trial", "bisect_program", "write_minimal", "confirm"]
+__all__ = ["StepFilter", "Outcome", "Bisection", "trial", "bisect_program", "shortest_bad_prefix", "write_minimal", "confirm"]
 
 
 class StepFilter:
@@ -168,6 +168,20 @@ def _needed(pipeline: Pipeline, program: Program, kept: list[int], registry: Reg
     return True
 
 
+def shortest_bad_prefix(run: Callable[[int], Any], count: int, last: Any) -> tuple[int, Any]:
+    """The fewest leading steps (1..``count``) whose run is bad, and that run's outcome, by
+    binary search; ``last`` is the outcome of all ``count``, already known to be bad."""
+    good, bad = 0, count
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        outcome = run(middle)
+        if outcome.bad:
+            bad, last = middle, outcome
+        else:
+            good = middle
+    return bad, last
+
+
 def bisect_program(
     captured: Program,
     reference: Reference,
@@ -225,14 +239,7 @@ def bisect_program(
     last = run(len(applicable))
     if not last.bad:
         return result
-    good, bad = 0, len(applicable)
-    while bad - good > 1:
-        middle = (good + bad) // 2
-        outcome = run(middle)
-        if outcome.bad:
-            bad, last = middle, outcome
-        else:
-            good = middle
+    bad, last = shortest_bad_prefix(run, len(applicable), last)
     first_bad = applicable[bad - 1]
     result.first_bad = pipeline.steps[first_bad]
     result.outcome = last

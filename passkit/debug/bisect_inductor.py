@@ -21,7 +21,7 @@ import torch
 
 from passkit import _torch
 from passkit.compare import compare_values, tolerance_for
-from passkit.debug.bisect import Outcome, StepFilter
+from passkit.debug.bisect import Outcome, StepFilter, shortest_bad_prefix
 from passkit.debug.bisect_patterns import bisect_applications
 from passkit.debug.repro import failure_kind
 from passkit.hookspecs import hookimpl
@@ -137,14 +137,7 @@ def bisect_mounted(
     last = run(len(steps))
     if not last.bad:
         return result
-    good, bad = 0, len(steps)
-    while bad - good > 1:
-        middle = (good + bad) // 2
-        outcome = run(middle)
-        if outcome.bad:
-            bad, last = middle, outcome
-        else:
-            good = middle
+    bad, last = shortest_bad_prefix(run, len(steps), last)
     result.first_bad = pipeline.steps[steps[bad - 1]]
     result.outcome = last
     result.applications = len(last.applications)
