@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import copy
 import os
-import socket
-import time
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 pytestmark = pytest.mark.slow
@@ -27,12 +24,6 @@ pytestmark = pytest.mark.slow
 DEADLINE_S = 420
 BACKENDS = ("training", "training-python", "aot_eager")
 KINDS = ("mlp", "attention")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class _MLP(nn.Module):
@@ -72,12 +63,11 @@ def _parallel(kind: str, mesh: object) -> nn.Module:
     return parallelize_module(model, mesh, plan)
 
 
-def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
+def _rank_main(rank: int, world: int, init_method: str, out_dir: str) -> None:
     import passkit
     from torch.distributed.device_mesh import init_device_mesh
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world)
     try:
         torch.set_num_threads(1)
         mesh = init_device_mesh("cpu", (world,))
@@ -102,22 +92,11 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def _spawn_with_deadline(fn: object, args: tuple, world: int) -> None:
-    context = mp.spawn(fn, args=args, nprocs=world, join=False)
-    deadline = time.monotonic() + DEADLINE_S
-    while not context.join(timeout=5):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                if process.is_alive():
-                    process.kill()
-            pytest.fail(f"the ranks did not finish within {DEADLINE_S} s (a deadlock?)")
-
-
-def test_tensor_parallel_training_matches_eager_on_every_rank(tmp_path) -> None:
+def test_tensor_parallel_training_matches_eager_on_every_rank(tmp_path, spawn_ranks) -> None:
     # Both models in one pair of ranks: starting the processes and compiling the first graph
     # cost more than each model's own compiles.
     world = 2
-    _spawn_with_deadline(_rank_main, (world, _free_port(), str(tmp_path)), world)
+    spawn_ranks(_rank_main, str(tmp_path), world=world, deadline=DEADLINE_S)
     for rank in range(world):
         results = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
         for kind in KINDS:
