@@ -23,6 +23,7 @@ pytestmark = pytest.mark.slow
 
 DEADLINE_S = 420
 BACKENDS = ("training", "training-python", "aot_eager")
+PASSKIT_PIPELINES = ("training", "training-python")
 KINDS = ("mlp", "attention")
 
 
@@ -113,3 +114,55 @@ def test_tensor_parallel_training_matches_eager_on_every_rank(tmp_path, spawn_ra
                     torch.testing.assert_close(
                         grads[param], grad, rtol=1e-5, atol=1e-5, msg=lambda m: f"{where} {param}.grad: {m}"
                     )
+
+
+def _two_dimensional(mesh: object) -> nn.Module:
+    from torch.distributed.fsdp import fully_shard
+
+    model = _parallel("mlp", mesh["tp"])
+    fully_shard(model, mesh=mesh["dp"])
+    return model
+
+
+def _fsdp_tp_rank(rank: int, world: int, init_method: str, out_dir: str) -> None:
+    import passkit
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world)
+    try:
+        torch.set_num_threads(1)
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        torch.manual_seed(5 + mesh["dp"].get_local_rank())  # each data-parallel rank its own batch
+        x = torch.randn(4, 16)
+        results: dict[str, object] = {}
+        for name in ("eager", *PASSKIT_PIPELINES):
+            model = _two_dimensional(mesh)
+            torch._dynamo.reset()
+            backend = passkit.backend(name) if name != "eager" else None
+            runner = model if backend is None else torch.compile(model, backend=backend)
+            out = runner(x)
+            out.square().sum().backward()
+            grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
+            compiled = backend is not None and bool(backend.reports) and not backend.fallbacks
+            results[name] = (out.detach(), grads, compiled)
+        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_fsdp2_over_tensor_parallelism_matches_eager_on_every_rank(tmp_path, spawn_ranks) -> None:
+    # A 2 x 2 mesh: FSDP2 shards over "dp", tensor parallelism over "tp"; FSDP2's gathers run
+    # eagerly around the compiled graph, which receives the TP DTensor parameters.
+    world = 4
+    spawn_ranks(_fsdp_tp_rank, str(tmp_path), world=world, deadline=DEADLINE_S)
+    for rank in range(world):
+        results = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
+        out_e, grads_e, _ = results["eager"]
+        for name in PASSKIT_PIPELINES:
+            out, grads, compiled = results[name]
+            where = f"rank {rank}, {name}"
+            assert compiled, f"{where}: passkit compiled nothing"
+            torch.testing.assert_close(out, out_e, rtol=1e-5, atol=1e-5, msg=lambda m: f"{where} output: {m}")
+            assert set(grads) == set(grads_e), where
+            for param, grad in grads_e.items():
+                torch.testing.assert_close(grads[param], grad, rtol=1e-5, atol=1e-5, msg=lambda m: f"{where} {param}.grad: {m}")
