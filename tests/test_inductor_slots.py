@@ -23,6 +23,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass, CustomPartitioner
 from torch._inductor.utils import run_and_get_code
 
 import passkit
+from dependencies import require_module
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = Path(__file__).resolve().parent / "inductor_slots_child.py"
@@ -311,8 +312,32 @@ def test_an_empty_file_leaves_inductors_code_identical(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_with_max_autotune_an_empty_file_leaves_the_code_identical_and_the_shipped_file_trains_like_eager(
+    tmp_path: Path,
+) -> None:
+    # torch.compile takes a mode or options, not both: the slots are mounted through Inductor's
+    # config, as a user combining them would.
+    from torch._inductor import config as inductor_config
+
+    model, x = mlp()
+    mode = "max-autotune-no-cudagraphs"
+    _, plain = _inference_code(model, x, mode=mode)
+    with inductor_config.patch(passkit.inductor_options(write(tmp_path, "e.toml", ""))):
+        _, mounted = _inference_code(model, x, mode=mode)
+    assert mounted == plain
+    eager = copy.deepcopy(model)
+    expected = train_step(eager, x)
+    torch._dynamo.reset()
+    with inductor_config.patch(passkit.inductor_options("inductor-post-grad")):
+        got = train_step(torch.compile(model, mode=mode), x)
+    torch.testing.assert_close(got[0], expected[0])
+    for actual, wanted in zip(got[1], expected[1], strict=True):
+        torch.testing.assert_close(actual, wanted)
+
+
+@pytest.mark.slow
 def test_the_example_plugins_gelu_tanh_rewrite_is_in_inductors_output_code(tmp_path: Path) -> None:
-    pytest.importorskip("passkit_example")
+    require_module("passkit_example", "pip install -e plugins/passkit-example")
     path = write(tmp_path, "gelu.toml", """
         [[steps]]
         id = "gelu_tanh"
