@@ -6,7 +6,8 @@ row-wise). The DTensor parameters reach passkit as graph inputs; ``flatten_subcl
 them apart into their local shards, and ``joint`` differentiates at the DTensor level, so the
 backward's collectives are DTensor's own. Each rank compares the forward and every parameter's
 local gradient with the eager model, on ``training`` and ``training-python``, and with
-``torch.compile(backend="aot_eager")``. The ranks run under a deadline, so a deadlock fails.
+``torch.compile(backend="aot_eager")``. A 2 x 2 mesh on four ranks adds FSDP2 over tensor
+parallelism. The ranks run under a deadline, so a deadlock fails.
 """
 
 from __future__ import annotations
