@@ -191,18 +191,12 @@ def _graphs_digest(program: Program) -> str:
 def cache_key(pipeline: Pipeline, program: Program, *, plugins: Iterable[str] = ()) -> str:
     """The hex key of ``program`` (as captured, before any step) compiled with ``pipeline``."""
     parts = {
-        "format": FORMAT,
-        "pipeline": pipeline.fingerprint(),
-        "contexts": [[step.id, step.pass_.cache_context(step.options)]
-                     for step in pipeline.steps if step.pass_.cache_context is not None],
-        "plugins": sorted(plugins),
+        **_plan_parts(pipeline, plugins),
         "graphs": _graphs_digest(program),
         "inputs": [_tensor_meta(x) for x in program.example_inputs],
         "signature": repr(program.signature),
         "training": program.training,
         "facts": sorted(program.facts),
-        "versions": _versions(),
-        "passkit_sources": passkit_source_digest(),
         "device": _device(program),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
@@ -212,7 +206,11 @@ def plan_digest(pipeline: Pipeline, plugins: Iterable[str] = ()) -> str:
     """The program-independent part of ``cache_key``: the resolved steps (their fingerprints and
     options), their cache contexts, the registered plugins and the versions of torch, Python and
     passkit and passkit's sources. A mounted file's Inductor slots key on it (their ``uuid``)."""
-    parts = {
+    return hashlib.sha256(json.dumps(_plan_parts(pipeline, plugins), sort_keys=True).encode()).hexdigest()
+
+
+def _plan_parts(pipeline: Pipeline, plugins: Iterable[str]) -> dict[str, Any]:
+    return {
         "format": FORMAT,
         "pipeline": pipeline.fingerprint(),
         "contexts": [[step.id, step.pass_.cache_context(step.options)]
@@ -221,7 +219,6 @@ def plan_digest(pipeline: Pipeline, plugins: Iterable[str] = ()) -> str:
         "versions": _versions(),
         "passkit_sources": passkit_source_digest(),
     }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------
