@@ -23,6 +23,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from test_ddp_fsdp import sgd_steps_side_by_side
+
 pytestmark = pytest.mark.slow
 
 DIM = 256
@@ -55,17 +57,7 @@ def _train_rank(rank: int, world: int, init_method: str, out_dir: str, pipeline:
         twin = nn.parallel.DistributedDataParallel(copy.deepcopy(base), bucket_cap_mb=BUCKET_MB)
         backend = passkit.backend(pipeline, repro_dir=os.path.join(out_dir, f"repro{rank}"))
         compiled = torch.compile(twin, backend=backend)
-        optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (eager, twin)]
-        steps = []
-        for step in range(2):
-            torch.manual_seed(100 + 10 * step + rank)
-            x = torch.randn(2, 8, DIM)
-            for model, runner, optimizer in ((eager, eager, optimizers[0]), (twin, compiled, optimizers[1])):
-                optimizer.zero_grad()
-                out = runner(x)
-                out.square().mean().backward()
-                steps.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
-                optimizer.step()
+        steps = sgd_steps_side_by_side(eager, twin, compiled, rank, DIM)
         ran = [[r.id for r in report.records if r.status == "ran"] for report in backend.reports]
         torch.save({"steps": steps, "ran": ran}, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import datetime
 import os
+from typing import Any
 
 import pytest
 import torch
@@ -47,6 +48,23 @@ def _full(grad: torch.Tensor) -> torch.Tensor:
     return grad.full_tensor() if hasattr(grad, "full_tensor") else grad.clone()
 
 
+def sgd_steps_side_by_side(eager: nn.Module, twin: nn.Module, compiled: Any, rank: int, dim: int) -> list[Any]:
+    """Two SGD steps of the eager model and of its compiled twin on the same per-rank batches:
+    each step's output and full gradients, eager's then the twin's."""
+    steps = []
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (eager, twin)]
+    for step in range(2):
+        torch.manual_seed(100 + 10 * step + rank)
+        x = torch.randn(2, 8, dim)
+        for model, runner, optimizer in ((eager, eager, optimizers[0]), (twin, compiled, optimizers[1])):
+            optimizer.zero_grad()
+            out = runner(x)
+            out.square().mean().backward()
+            steps.append((out.detach(), [_full(p.grad) for p in model.parameters()]))
+            optimizer.step()
+    return steps
+
+
 def _rank_main(rank: int, world: int, init_method: str, out_dir: str, wrapper: str) -> None:
     import passkit
 
@@ -58,18 +76,7 @@ def _rank_main(rank: int, world: int, init_method: str, out_dir: str, wrapper: s
         eager, twin = _wrap(copy.deepcopy(base), wrapper), _wrap(copy.deepcopy(base), wrapper)
         backend = passkit.backend("training-python")
         compiled = torch.compile(twin, backend=backend)
-        results = {"graphs": 0, "steps": []}
-        optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (eager, twin)]
-        for step in range(2):
-            torch.manual_seed(100 + 10 * step + rank)
-            x = torch.randn(2, 8, DIM)
-            for model, runner, optimizer in ((eager, eager, optimizers[0]), (twin, compiled, optimizers[1])):
-                optimizer.zero_grad()
-                out = runner(x)
-                out.square().mean().backward()
-                grads = [_full(p.grad) for p in model.parameters()]
-                results["steps"].append((out.detach(), grads))
-                optimizer.step()
+        results = {"graphs": 0, "steps": sgd_steps_side_by_side(eager, twin, compiled, rank, DIM)}
         results["graphs"] = len(backend.reports)
         results["ran"] = [[r.id for r in report.records if r.status == "ran"] for report in backend.reports]
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))

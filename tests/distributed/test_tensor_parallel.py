@@ -108,13 +108,17 @@ def test_tensor_parallel_training_matches_eager_on_every_rank(tmp_path, spawn_ra
                 where = f"{kind}, rank {rank}, {name}"
                 if name != "aot_eager":
                     assert compiled, f"{where}: passkit compiled nothing"
-                torch.testing.assert_close(out, out_e, rtol=1e-5, atol=1e-5, msg=lambda m: f"{where} output: {m}")
                 assert placements == placements_e, where
-                assert set(grads) == set(grads_e), where
-                for param, grad in grads_e.items():
-                    torch.testing.assert_close(
-                        grads[param], grad, rtol=1e-5, atol=1e-5, msg=lambda m: f"{where} {param}.grad: {m}"
-                    )
+                _assert_same_step(where, (out, grads), (out_e, grads_e))
+
+
+def _assert_same_step(where: str, actual: tuple, expected: tuple) -> None:
+    """The output and every parameter's gradient of one step, as eager's on this rank."""
+    (out, grads), (out_e, grads_e) = actual, expected
+    torch.testing.assert_close(out, out_e, rtol=1e-5, atol=1e-5, msg=lambda m: f"{where} output: {m}")
+    assert set(grads) == set(grads_e), where
+    for param, grad in grads_e.items():
+        torch.testing.assert_close(grads[param], grad, rtol=1e-5, atol=1e-5, msg=lambda m: f"{where} {param}.grad: {m}")
 
 
 def _two_dimensional(mesh: object) -> nn.Module:
@@ -163,7 +167,4 @@ def test_fsdp2_over_tensor_parallelism_matches_eager_on_every_rank(tmp_path, spa
             out, grads, compiled = results[name]
             where = f"rank {rank}, {name}"
             assert compiled, f"{where}: passkit compiled nothing"
-            torch.testing.assert_close(out, out_e, rtol=1e-5, atol=1e-5, msg=lambda m: f"{where} output: {m}")
-            assert set(grads) == set(grads_e), where
-            for param, grad in grads_e.items():
-                torch.testing.assert_close(grads[param], grad, rtol=1e-5, atol=1e-5, msg=lambda m: f"{where} {param}.grad: {m}")
+            _assert_same_step(where, (out, grads), (out_e, grads_e))
