@@ -3,8 +3,8 @@
 The step is a training step (forward, a loss, backward) when the pipeline can train and the
 model has parameters that require grad; otherwise it is an inference step under ``no_grad``.
 Outputs, gradients and buffers are compared with an eager copy of the same model, within the
-pipeline's ``rtol``/``atol`` loosened by the declared tolerance of its enabled passes
-(``compare.tolerance_for``). A compile that fell back to eager (``on_error = "eager"``) is
+pipeline's ``rtol``/``atol`` loosened by the tolerance declared by the steps that ran on any
+graph (``compare.tolerance_for``, the rule ``verify`` and ``bisect`` use). A compile that fell back to eager (``on_error = "eager"``) is
 recorded in ``fallbacks`` rather than warned about: the caller reports it.
 """
 
@@ -131,10 +131,12 @@ def run_check(
             _loss(expected).backward()
             _loss(actual).backward()
     mismatches: list[str] = []
-    rtol, atol = tolerance_for(resolved.settings, (step.pass_ for step in resolved.steps if step.enabled))
+    reports = list(compiled.passkit_reports)
+    ran = {record.position for report in reports for record in report.records if record.status == "ran"}
+    rtol, atol = tolerance = tolerance_for(resolved.settings, (step for step in resolved.steps if step.position in ran))
 
     def compared(expected_values: list[Any], actual_values: list[Any], label: str) -> float:
-        comparison = compare_values(expected_values, actual_values, label, rtol=rtol, atol=atol)
+        comparison = compare_values(expected_values, actual_values, label, tolerance)
         mismatches.extend(str(m) for m in comparison.mismatches)
         return comparison.max_diff
 
@@ -149,7 +151,7 @@ def run_check(
         pipeline=str(resolved.source or resolved.name),
         model=spec,
         training=training,
-        reports=list(compiled.passkit_reports),
+        reports=reports,
         outputs_max_diff=outputs_diff,
         grads_max_diff=grads_diff,
         buffers_max_diff=buffers_diff,

@@ -128,9 +128,13 @@ def _bisect_mounted(ctx: click.Context, file: str, model: str | None, as_json: b
 
 
 def _text(pipeline: Pipeline, spec: str, results: list[Bisection], path: Path | None, confirmed: Outcome | None) -> str:
+    from passkit.compare import tolerance_for
+
     last = results[-1]
     if last.first_bad is None:
-        return f"every step is good: {pipeline.label} on {spec} ({len(results)} graph(s)) agrees with the captured program"
+        tolerance = tolerance_for(pipeline.settings, (step for step in pipeline.steps if step.enabled))
+        return (f"every step is good: {pipeline.label} on {spec} ({len(results)} graph(s)) agrees with the captured "
+                f"program ({tolerance})")
     lines = [
         f"first bad step: {pipeline.where(last.first_bad)}",
         f"  {last.graph}: {last.outcome.kind}: {last.outcome.message}",
@@ -145,11 +149,23 @@ def _text(pipeline: Pipeline, spec: str, results: list[Bisection], path: Path | 
     elif last.applications:
         lines.append(f"  no single pattern application to blame: it fails with all {last.applications} vetoed")
     steps = ", ".join(step.id for step in last.minimal)
-    reproduces = "reproduces" if confirmed is not None and confirmed.kind == last.outcome.kind else "does NOT reproduce"
-    lines.append(f"minimal pipeline: {path} ({len(last.minimal)} steps: {steps}), {reproduces}")
+    lines.append(f"minimal pipeline: {path} ({len(last.minimal)} steps: {steps}), {_reproduces(pipeline, last, confirmed)}")
     if confirmed is not None and confirmed.repro:
         lines.append(f"reproducer: {confirmed.repro}")
     return "\n".join(lines)
+
+
+def _reproduces(pipeline: Pipeline, last: Bisection, confirmed: Outcome | None) -> str:
+    """Whether running the minimal pipeline failed as the bisection did; if not, how it ended."""
+    from passkit.compare import tolerance_for
+
+    if confirmed is not None and confirmed.kind == last.outcome.kind:
+        return "reproduces"
+    if confirmed is None or confirmed.kind is None:
+        assert last.first_bad is not None
+        ran = [step for step in last.minimal if step.position <= last.first_bad.position]
+        return f"does NOT reproduce: it agrees with the captured program ({tolerance_for(pipeline.settings, ran)})"
+    return f"does NOT reproduce: it fails differently ({confirmed.kind}): {confirmed.message}"
 
 
 def _json(pipeline: Pipeline, spec: str, results: list[Bisection], path: Path | None, confirmed: Outcome | None) -> dict[str, Any]:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from passkit.cli import terminal
+from passkit.cli.plugin_option import plugin_option, register_plugins
+from passkit.compare import Tolerance
 from passkit.errors import PassError, PasskitError, VerificationError
 
 if TYPE_CHECKING:
@@ -37,10 +39,11 @@ EXIT_STEP_FAILED = 4
 @click.option("--report", metavar="FILE", default=None, help="Write an HTML report of the run to FILE.")
 @click.option("--rtol", type=click.FloatRange(min=0), default=None, help="Relative tolerance vs eager (default: [settings] rtol).")
 @click.option("--atol", type=click.FloatRange(min=0), default=None, help="Absolute tolerance vs eager (default: [settings] atol).")
+@plugin_option
 @click.pass_context
 def command(
     ctx: click.Context, file: str, model: str | None, dump_dir: str | None, json_out: str | None, report: str | None,
-    rtol: float | None, atol: float | None,
+    rtol: float | None, atol: float | None, plugins: tuple[str, ...],
 ) -> None:
     """Compile a model with pipeline FILE, run one step and compare outputs and gradients with eager.
 
@@ -53,6 +56,7 @@ def command(
     from passkit.check import run_check
     from passkit.cli.live import LiveTable
 
+    register_plugins(plugins)
     pipeline: Any = file
     if report is not None:
         from passkit.api import load_pipeline
@@ -106,6 +110,7 @@ def verdict(result: CheckResult) -> str:
     )
     if result.buffers_max_diff is not None:
         line += f", buffers max |diff| {_diff(result.buffers_max_diff)}"
+    line += f" ({Tolerance(result.rtol, result.atol)})"
     mismatches = result.mismatches
     if not result.ok and mismatches:
         more = f" (+{len(mismatches) - 1} more)" if len(mismatches) > 1 else ""
