@@ -77,7 +77,7 @@ class Mismatch:
     the tolerance it was held to (the dtype's floor included)."""
 
     label: str
-    index: int | None
+    index: int | str | None  # a position, or a name (``grad[fc.weight]``)
     why: str
     tolerance: Tolerance = DEFAULT_TOLERANCE
 
@@ -134,10 +134,11 @@ def _pair(expected: Any, actual: Any, tolerance: Tolerance) -> tuple[float, str 
 
 
 def compare_values(
-    expected: Sequence[Any], actual: Sequence[Any], label: str, tolerance: tuple[float, float] = DEFAULT_TOLERANCE
+    expected: Sequence[Any], actual: Sequence[Any], label: str, tolerance: tuple[float, float] = DEFAULT_TOLERANCE,
+    *, names: Sequence[str] | None = None,
 ) -> Comparison:
     """Compare ``actual`` with ``expected`` value by value within ``tolerance`` (``tolerance_for``
-    gives a pipeline's); mismatches name ``label[i]``."""
+    gives a pipeline's); mismatches name ``label[i]``, or ``label[name]`` given ``names``."""
     tolerance = Tolerance(float(tolerance[0]), float(tolerance[1]))
     result = Comparison(tolerance=tolerance)
     if len(expected) != len(actual):
@@ -148,7 +149,7 @@ def compare_values(
         result.max_diff = max(result.max_diff, diff)
         result.diffs.append(diff)
         if why is not None:
-            result.mismatches.append(Mismatch(label, i, why, held))
+            result.mismatches.append(Mismatch(label, names[i] if names is not None else i, why, held))
     return result
 
 

@@ -16,18 +16,12 @@ import click
 from passkit.cli import terminal
 from passkit.cli.plugin_option import plugin_option, register_plugins
 from passkit.compare import Tolerance
-from passkit.errors import PassError, PasskitError, VerificationError
+from passkit.errors import EXIT_FELL_BACK, EXIT_MISMATCH, EXIT_OK, EXIT_STEP_FAILED, EXIT_USAGE, exit_code_for
 
 if TYPE_CHECKING:
     from passkit.check import CheckResult
 
 __all__ = ["command", "verdict", "exit_code_for", "EXIT_OK", "EXIT_MISMATCH", "EXIT_USAGE", "EXIT_FELL_BACK", "EXIT_STEP_FAILED"]
-
-EXIT_OK = 0
-EXIT_MISMATCH = 1
-EXIT_USAGE = 2
-EXIT_FELL_BACK = 3
-EXIT_STEP_FAILED = 4
 
 
 @click.command("run")
@@ -78,18 +72,6 @@ def command(
         ctx.exit(EXIT_FELL_BACK)
     if not result.ok:
         ctx.exit(EXIT_MISMATCH)
-
-
-def exit_code_for(exc: PasskitError) -> int:
-    """The exit status for a passkit error: a step that changed numerics is results that differ,
-    a step that raised or broke a fact is a failed step, anything else is bad input."""
-    if isinstance(exc, VerificationError):
-        from passkit.debug.repro import failure_kind
-
-        return EXIT_MISMATCH if failure_kind(exc) == "numerics" else EXIT_STEP_FAILED
-    if isinstance(exc, PassError):
-        return EXIT_STEP_FAILED
-    return EXIT_USAGE
 
 
 def verdict(result: CheckResult) -> str:
