@@ -15,6 +15,7 @@ __all__ = [
     "EXIT_STEP_FAILED",
     "NUMERICS_MARKER",
     "exit_code_for",
+    "exit_code_for_kind",
     "PasskitError",
     "PipelineError",
     "PluginError",
@@ -56,6 +57,15 @@ class VerificationError(PasskitError):
 
 
 NUMERICS_MARKER = " changed numerics: "  # in a VerificationError's message: results, not a fact
+
+
+def exit_code_for_kind(kind: str | None) -> int:
+    """The exit status for a failure kind (``passkit.debug.repro.failure_kind``: bisect's blame,
+    repro's replay): ``numerics`` differ (1), a ``crash`` or a broken ``fact`` is a failed step
+    (4), ``contract`` (a needed fact is missing) is bad input (2), None is ok (0)."""
+    if kind is None:
+        return EXIT_OK
+    return {"numerics": EXIT_MISMATCH, "contract": EXIT_USAGE}.get(kind, EXIT_STEP_FAILED)
 
 
 def exit_code_for(exc: BaseException) -> int:

@@ -90,8 +90,9 @@ class Verdict:
     def headline(self) -> str:
         """``verdict: MISMATCH vs eager (rtol 0.001, atol 0.0001), exit code 1``."""
         outcome = self.outcome if self.outcome == "ok" else self.outcome.upper()
+        versus = " vs eager" if self.outcome in ("ok", "mismatch") else ""
         within = f" ({self.tolerance})" if self.tolerance else ""
-        return f"verdict: {outcome} vs eager{within}, exit code {self.exit_code}"
+        return f"verdict: {outcome}{versus}{within}, exit code {self.exit_code}"
 
     def lines(self) -> list[str]:
         """The headline, one row per compared value (max |diff|, flagged when it disagrees), the detail."""

@@ -4,7 +4,7 @@ planted_gelu``) and as a model factory (``--model planted_gelu:mlp``), also from
 ``planted.gelu_tanh`` replaces exact GELU (``aten.gelu`` without ``approximate``) with its tanh
 approximation and declares ``tolerance=(1e-3, 1e-4)``; ``planted.gelu_tanh_loose`` is the same
 rewrite declaring ``(5e-2, 1e-2)``. The pattern set ``planted_gelu`` does the same rewrite as a
-pattern and declares ``(5e-2, 1e-2)``. ``mlp`` is scaled so that the approximation moves its
+pattern and declares ``(5e-2, 1e-2)``; ``planted_gelu_undeclared`` declares nothing. ``mlp`` is scaled so that the approximation moves its
 results by clearly more than the first tolerance allows and clearly less than the second.
 """
 
@@ -62,7 +62,10 @@ GELU_TANH_PATTERN = Pattern("gelu_tanh", Op(torch.ops.aten.gelu.default, Var("x"
 
 @hookimpl
 def passkit_register_patterns() -> dict:
-    return {"planted_gelu": PatternSet("planted_gelu", (GELU_TANH_PATTERN,), "exact GELU -> tanh GELU", tolerance=LOOSE)}
+    return {
+        "planted_gelu": PatternSet("planted_gelu", (GELU_TANH_PATTERN,), "exact GELU -> tanh GELU", tolerance=LOOSE),
+        "planted_gelu_undeclared": PatternSet("planted_gelu_undeclared", (GELU_TANH_PATTERN,), "the same, declaring nothing"),
+    }
 
 
 class Mlp(nn.Module):

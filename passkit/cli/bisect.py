@@ -12,6 +12,7 @@ import click
 
 from passkit.cli import terminal
 from passkit.cli.plugin_option import plugin_option, register_plugins
+from passkit.errors import exit_code_for_kind
 
 if TYPE_CHECKING:
     from passkit.debug.bisect import Bisection, Outcome
@@ -43,8 +44,9 @@ def command(
     application. Prints 'first bad step: <file>: steps[i] (<id>)', writes a minimal pipeline
     that still fails, and a reproducer. With --repro DIR in place of FILE and --model, it
     bisects a reproducer folder. With --inductor, FILE is a mounted file (passkit.inductor_options)
-    and each trial compiles the model with stock torch.compile. Exits 1 when a bad step is found,
-    0 when every step is good, 2 on bad input.
+    and each trial compiles the model with stock torch.compile. Exit status: 0 every step is
+    good; 1 the first bad step changes numerics; 2 bad input; 4 the first bad step raises or
+    breaks a fact.
     """
     from passkit.debug.bisect import confirm, write_minimal
     from passkit.errors import PasskitError
@@ -90,7 +92,7 @@ def command(
     else:
         terminal.out(_text(pipeline, spec, results, path, confirmed))
     if found is not None:
-        ctx.exit(1)
+        ctx.exit(exit_code_for_kind(found.outcome.kind))
 
 
 def _bisect_mounted(ctx: click.Context, file: str, model: str | None, as_json: bool, pm: Any, registry: Any) -> None:
@@ -124,7 +126,7 @@ def _bisect_mounted(ctx: click.Context, file: str, model: str | None, as_json: b
                          f"{result.application_number} of {result.applications}), graph {application.graph}, nodes {', '.join(application.nodes) or '-'}")
         terminal.out("\n".join(lines))
     if bad is not None:
-        ctx.exit(1)
+        ctx.exit(exit_code_for_kind(result.outcome.kind))
 
 
 def _text(pipeline: Pipeline, spec: str, results: list[Bisection], path: Path | None, confirmed: Outcome | None) -> str:
