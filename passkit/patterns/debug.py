@@ -19,7 +19,7 @@ from torch.fx import GraphModule, Node
 
 from passkit.failed_node import source_line
 from passkit.patterns.driver import root_targets
-from passkit.patterns.matcher import deepest_miss, explain_miss, target_matches
+from passkit.patterns.matcher import MATCHED_STRUCTURE, deepest_miss, explain_miss, target_matches
 from passkit.patterns.model import Pattern
 
 __all__ = ["nearest_miss", "nearest_misses", "why_not"]
@@ -64,7 +64,9 @@ def nearest_miss(pattern: Pattern, graphs: Iterable[tuple[str, GraphModule, Any]
                 best = (depth, graph_name, node, reason)
     if best is None:
         return _missing_root(roots) if roots else "no graph to match"
-    _, graph_name, node, reason = best
+    depth, graph_name, node, reason = best
+    if depth > MATCHED_STRUCTURE:
+        reason = "it matches here, and the step refused it"
     where = f" in graph {graph_name!r}" if len(graphs) > 1 else ""
     line = source_line(node)
     return f"nearest node {node.name}{where}{f' ({line})' if line else ''}: {reason}"

@@ -330,13 +330,13 @@ def _keeps_trailing(node: Node, trailing: int) -> bool:
     return tuple(out.shape[-trailing:]) == tuple(inp.shape[-trailing:])
 
 
-_MATCHED_STRUCTURE = 1 << 30  # deeper than any pattern tree: the structure matched
+MATCHED_STRUCTURE = 1 << 30  # deeper than any pattern tree: the structure matched
 
 
 def explain_miss(pattern: Pattern, roots: tuple[Any, ...], anchor: Node) -> str:
     """Why ``pattern`` does not match at ``anchor``: the deepest mismatch, in one line."""
     depth, text = deepest_miss(pattern, roots, anchor)
-    return f"at depth {depth}: {text}" if 0 <= depth < _MATCHED_STRUCTURE else text
+    return f"at depth {depth}: {text}" if 0 <= depth < MATCHED_STRUCTURE else text
 
 
 def deepest_miss(pattern: Pattern, roots: tuple[Any, ...], anchor: Node) -> tuple[int, str]:
@@ -352,9 +352,9 @@ def deepest_miss(pattern: Pattern, roots: tuple[Any, ...], anchor: Node) -> tupl
             match = match_pattern(pattern, roots, anchor)
             if match is None:
                 if len(roots) > 1:
-                    return _MATCHED_STRUCTURE, "the first output matches; a further output was not found among the users of its bindings"
-                return _MATCHED_STRUCTURE, "the structure matches; the pattern's check rejected it"
-            return _MATCHED_STRUCTURE + 1, "it matches"
+                    return MATCHED_STRUCTURE, "the first output matches; a further output was not found among the users of its bindings"
+                return MATCHED_STRUCTURE, "the structure matches; the pattern's check rejected it"
+            return MATCHED_STRUCTURE + 1, "it matches"
         depth, text = _explainer.deepest
         return (depth, text) if text else (-1, f"wanted {roots[0]!r}, found {_describe(anchor)}")
     finally:
