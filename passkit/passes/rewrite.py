@@ -8,8 +8,10 @@ report row says where it ran (``stage``: ``pre-grad`` on ``main`` before ``joint
 applied (``applied``), why matches were refused (``refused``), and which ops it asked later
 lowering to keep whole (``kept_ops``, how many: a pattern's ``keep``, added to the ``decompose`` step's
 target opset, so that ``joint`` does not lower a fused replacement back to its parts). ``expect_match = true``
-fails the step, in one line, when a named set applied nowhere; a list names the sets or
-patterns (``"attention:causal_masked_fill"``) that must apply. ``only`` narrows the named sets to
+fails the step, in one line, when a named set matched nowhere, naming per pattern the nearest
+candidate node, its source line and the first thing that failed there; a list names the sets or
+patterns (``"attention:causal_masked_fill"``) that must apply. A match vetoed through
+``passkit_should_apply`` counts as a match, so bisection can veto them all. ``only`` narrows the named sets to
 some of their patterns (``"attention:sdpa"``), as ``passkit bisect`` writes it in a minimal pipeline.
 ``set_options.<set>`` tunes a set that declares options (``PatternSet.options``), such as the
 ``attention`` set's ``cpu_min_score_bytes``; it is checked against the set when the file loads.
@@ -167,7 +169,8 @@ def rewrite(
         sets = _only(sets, only)
     canonical = program.target_opset
     applied = Applied()
-    for graph_name in graphs if graphs is not None else list(program.graphs):
+    graph_names = graphs if graphs is not None else list(program.graphs)
+    for graph_name in graph_names:
         if graph_name not in program.graphs:
             raise ValueError(f"no graph {graph_name!r} (graphs: {', '.join(program.graphs)})")
         ask = _asker(context, graph_name)
@@ -179,8 +182,22 @@ def rewrite(
         program.record_stat("refused", dict(sorted(applied.refused.items())))
     _keep_replacement_ops(program, sets, applied)
     if expect_match:
-        require(applied, patterns if expect_match is True else expect_match)
+        explain = _explainer(program, graph_names, sets, canonical)
+        require(applied, patterns if expect_match is True else expect_match, explain=explain)
     return applied.total > 0
+
+
+def _explainer(program: Program, graph_names: list[str], sets: list[Any], canonical: Any) -> Any:
+    """``expect_match``'s reasons: per pattern under a name, its nearest miss in the graphs the
+    step rewrote (as they are now, after the patterns that did apply)."""
+    from passkit.patterns.debug import nearest_misses
+
+    def explain(name: str) -> str:
+        patterns = [p for s in sets for p in s.patterns if p.name == name or p.name.startswith(f"{name}:")]
+        graphs = [(g, program.graphs[g], _canonical_for(program, g, canonical)) for g in graph_names]
+        return nearest_misses(patterns, graphs)
+
+    return explain
 
 
 def _only(sets: list[Any], only: list[str]) -> list[Any]:
