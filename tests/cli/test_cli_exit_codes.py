@@ -118,3 +118,12 @@ def test_a_step_that_raises_writes_its_verdict_into_the_html_report(cli, planted
     page = (planted / "run.html").read_text()
     assert '<p class="verdict bad"><b>verdict: STEP FAILED, exit code 4</b></p>' in page
     assert "<p>planted.toml: steps[0] (planted.explode) failed: RuntimeError: planted failure" in page
+
+
+def test_a_fallback_to_eager_writes_its_verdict_into_the_html_report(cli, planted) -> None:
+    file = _pipeline(planted, "planted.explode", settings='on_error = "eager"\n')
+    result = cli.invoke(main, ["run", file, "--model", "planted_bugs:tiny", "--report", "run.html"])
+    assert result.exit_code == 3, result.output
+    page = (planted / "run.html").read_text()
+    assert '<p class="verdict bad"><b>verdict: FELL BACK TO EAGER (rtol 0.0001, atol 1e-05), exit code 3</b></p>' in page
+    assert "<p>the compile failed: planted.toml: steps[0] (planted.explode) failed: RuntimeError: planted failure" in page
