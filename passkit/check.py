@@ -16,6 +16,7 @@ that fails writes a "step failed" verdict there before its error propagates.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 import os
 import sys
@@ -168,8 +169,8 @@ def run_check(
         buffers_diff = compared([b for _, b in buffers], list(compiled_model.buffers()), "buffer", [n for n, _ in buffers])
     fallbacks = list(getattr(compiled, "passkit_fallbacks", []))
     verdict = _verdict(mismatches, fallbacks, values, tolerance)
-    for report in reports:
-        report.verdict = verdict
+    # Copies: the compiled model's own reports (perhaps the compile cache's) stay as compiled.
+    reports = [dataclasses.replace(report, verdict=verdict) for report in reports]
     _write_html_verdict(resolved, verdict)
     return CheckResult(
         pipeline=str(resolved.source or resolved.name),
