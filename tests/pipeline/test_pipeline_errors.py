@@ -87,7 +87,7 @@ CASES = {
     ),
     "wrong type inside a list option": (
         "[[steps]]\npass = 'decompose'\ntables = [1]\n",
-        "x.toml: steps[0] (decompose).tables[0]: Input should be a valid string",
+        "x.toml: steps[0] (decompose).tables[0]: expected a string, got an integer (1)",
     ),
     "option rejected by the pass's validator": (
         "[[steps]]\npass = 'partition.torch_min_cut'\nmemory_budget = 1.5\n",
@@ -99,7 +99,7 @@ CASES = {
     ),
     "bad enabled": (
         "[[steps]]\npass = 'fx.dce'\nenabled = 'no'\n",
-        "x.toml: steps[0] (fx.dce).enabled: Input should be a valid boolean",
+        "x.toml: steps[0] (fx.dce).enabled: expected a boolean, got a string (\"no\")",
     ),
     "bad id": (
         "[[steps]]\npass = 'fx.dce'\nid = 'my dce'\n",
