@@ -1,10 +1,13 @@
 """Own torch's logging and compile-id plumbing: structured trace artifacts (``tlparse``), Dynamo's
-compile id, and a graph's code generator.
+compile id, the code and inputs of the frame Dynamo is compiling, and a graph's code generator.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import os
+import re
 
 import torch
 import torch.fx
@@ -12,6 +15,8 @@ import torch.fx
 __all__ = [
     "current_compile_id",
     "current_frame_id",
+    "dynamo_code_location",
+    "dynamo_input_names",
     "graph_codegen",
     "structured_trace_enabled",
     "trace_artifact",
@@ -42,6 +47,49 @@ def current_frame_id() -> Any:
     """Which Dynamo frame (code location) the graph being compiled comes from; a recompile of that
     frame for new shapes keeps it. ``None`` outside Dynamo."""
     return getattr(_compile_id(), "frame_id", None)
+
+
+def dynamo_code_location() -> str | None:
+    """The function whose frame Dynamo is compiling, as ``Model.forward at model.py:12``;
+    ``None`` outside Dynamo (or where torch keeps no traced code)."""
+    try:
+        from torch._guards import TracingContext
+
+        context = TracingContext.try_get()
+        codes = getattr(context, "traced_code", None) or []
+    except Exception:  # noqa: BLE001 - an API change costs the location, never the compile
+        return None
+    if not codes:
+        return None
+    code = codes[0]
+    name = getattr(code, "co_qualname", code.co_name)
+    return f"{name} at {os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+
+
+_SOURCE_PART = re.compile(r"\._(?:modules|parameters|buffers)\['([^']+)'\]")
+_LOCAL = re.compile(r"^L\['([^']+)'\]")
+
+
+def dynamo_input_names(gm: torch.fx.GraphModule) -> list[tuple[str, bool]]:
+    """Each input of Dynamo's graph named as the user's code reaches it (``x``,
+    ``self.linear.weight``; the placeholder's name where Dynamo recorded no source), and whether
+    it is a module's parameter or buffer."""
+    names: list[tuple[str, bool]] = []
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        source = getattr(node.meta.get("grapharg"), "source", None)
+        name = getattr(source, "name", None)
+        try:
+            text = name() if callable(name) else name
+        except Exception:  # noqa: BLE001
+            text = None
+        if not isinstance(text, str):
+            names.append((node.name, "_parameters_" in node.name or "_buffers_" in node.name))
+            continue
+        state = "._parameters[" in text or "._buffers[" in text
+        names.append((_SOURCE_PART.sub(r".\1", _LOCAL.sub(r"\1", text)), state))
+    return names
 
 
 def structured_trace_enabled() -> bool:
