@@ -11,8 +11,8 @@ Progress: ``progress=`` takes a callable that receives each step's ``StepRecord`
 finishes; without one, each step is logged at INFO level on the ``passkit`` logger
 (``logging.basicConfig(level=logging.INFO)`` shows them). Each graph Dynamo hands over opens
 with a ``compiling``/``recompiling`` line (``passkit.recompiles``), and a step running over a
-second gets ``started`` and heartbeat lines (``passkit.progress``): a callback with an
-``event`` method receives them as ``ProgressEvent``\ s, otherwise they are logged. Compiled programs go through the
+second gets ``started`` and heartbeat lines (``passkit.progress``): they are logged too, or a
+callback with an ``event`` method receives them as ``ProgressEvent``\ s. Compiled programs go through the
 on-disk compile cache (``passkit.cache``) unless ``cache = "off"``.
 """
 
@@ -31,7 +31,7 @@ from passkit.compile_options import apply_mode, record_report, split_options, wa
 from passkit.errors import PasskitError
 from passkit.graph_attributes import lift_attributes
 from passkit.program import Program
-from passkit.progress import send
+from passkit.progress import log_event, send
 from passkit.recompiles import CompileAnnouncer
 from passkit.report import Report, StepRecord
 from passkit.runtime import CompiledProgram
@@ -53,7 +53,8 @@ log = logging.getLogger("passkit")
 
 
 def _log_progress(total: int) -> Progress:
-    """The default progress: one INFO line per finished step, numbered like the report table."""
+    """The default progress: one INFO line per finished step, numbered like the report table,
+    and one per progress event (``passkit.progress``)."""
 
     def report(record: StepRecord) -> None:
         if record.status == "skipped":
@@ -64,6 +65,7 @@ def _log_progress(total: int) -> Progress:
                 "changed" if record.changed else "unchanged", record.seconds * 1000, record.nodes_before, record.nodes_after,
             )
 
+    report.event = log_event  # type: ignore[attr-defined]  # long steps' started and heartbeat lines too
     return report
 
 

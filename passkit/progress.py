@@ -11,8 +11,9 @@ finished step's ``StepRecord``, as it always was. Long work also produces ``Prog
   the pass reports of its own progress (``codegen.inductor``: the kernels generated so far).
 
 A callback that has an ``event`` attribute (a method, or a function's attribute) receives the
-events; otherwise, as without a callback, each event's ``text`` is logged at INFO on the
-``passkit`` logger. Existing callbacks that take only records keep working unchanged.
+events. Without a callback, each event's ``text`` is logged at INFO on the ``passkit`` logger,
+like the finished steps. A callback without ``event`` replaces the log, as it always did: it
+keeps getting only records, and the events go nowhere.
 
 A pass reports its own progress with ``with passkit.progress.detail(fn):``; while the block
 runs, each heartbeat of its step appends ``fn()`` (a short phrase). Events come from a timer
@@ -33,6 +34,7 @@ __all__ = [
     "ProgressEvent",
     "RunningStep",
     "send",
+    "log_event",
     "detail",
     "running_step",
 ]
@@ -65,12 +67,19 @@ class ProgressEvent:
 
 
 def send(progress: Any, event: ProgressEvent) -> None:
-    """Hand ``event`` to ``progress.event`` when the callback takes events, else log its text."""
+    """Hand ``event`` to ``progress.event`` when the callback takes events; without a callback,
+    log its text; a callback of records only gets nothing (it replaces the log)."""
+    if progress is None:
+        log_event(event)
+        return
     handler = getattr(progress, "event", None)
     if callable(handler):
         handler(event)
-    else:
-        log.info("%s", event.text)
+
+
+def log_event(event: ProgressEvent) -> None:
+    """Log the event's line at INFO on the ``passkit`` logger (the default progress)."""
+    log.info("%s", event.text)
 
 
 class RunningStep:
