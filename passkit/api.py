@@ -9,8 +9,9 @@ user's call) and the uncompiled callable; the reasons are kept in the result's
 
 Progress: ``progress=`` takes a callable that receives each step's ``StepRecord`` as the step
 finishes; without one, each step is logged at INFO level on the ``passkit`` logger
-(``logging.basicConfig(level=logging.INFO)`` shows them). Each graph Dynamo hands over opens
-with a ``compiling``/``recompiling`` line (``passkit.recompiles``), and a step running over a
+(``logging.basicConfig(level=logging.INFO)`` shows them). A frame Dynamo starts tracing for
+passkit says so (``tracing``); each graph Dynamo hands over opens with a
+``compiling``/``recompiling`` line (``passkit.recompiles``); and a step running over a
 second gets ``started`` and heartbeat lines (``passkit.progress``): they are logged too, or a
 callback with an ``event`` method receives them as ``ProgressEvent``\ s. Compiled programs go through the
 on-disk compile cache (``passkit.cache``) unless ``cache = "off"``.
@@ -31,7 +32,7 @@ from passkit.compile_options import apply_mode, record_report, split_options, wa
 from passkit.errors import PasskitError
 from passkit.graph_attributes import lift_attributes
 from passkit.program import Program
-from passkit.progress import log_event, send
+from passkit.progress import ProgressEvent, log_event, send
 from passkit.recompiles import CompileAnnouncer
 from passkit.report import Report, StepRecord
 from passkit.runtime import CompiledProgram
@@ -209,6 +210,7 @@ class PasskitBackend:
     """
 
     def __init__(self, pipeline: Any = DEFAULT_PIPELINE, progress: Progress | None = None, **settings: Any) -> None:
+        _torch.on_dynamo_frame_start(_announce_tracing)
         self._pipeline_arg = pipeline
         self._settings = settings
         self._pipeline: Any = None
@@ -249,6 +251,7 @@ class PasskitBackend:
         options: dict[str, Any] | None = None,
     ) -> Callable[..., Any]:
         warn_at_recompile_limit()
+        _torch.on_dynamo_frame_start(_announce_tracing)  # again: torch._dynamo.reset() drops it
         try:
             pipeline = self.pipeline_for(mode, options)
         except Exception as exc:  # noqa: BLE001 - a bad pipeline or option is passkit's one-line error
@@ -291,6 +294,15 @@ class PasskitBackend:
         self.programs.append(program)
         compiled = compile_program(program, inputs, pipeline, reports=self.reports, progress=self.progress)
         return lifted.bind(with_subclasses(compiled, program)), self.reports[-1]
+
+
+def _announce_tracing(backend: Any, where: str, compile_id: str) -> None:
+    """Dynamo started tracing a frame: for a passkit backend, say so before the seconds it takes."""
+    if backend is dynamo_backend:  # torch.compile(backend="passkit")
+        backend = _default_backend()
+    if isinstance(backend, PasskitBackend):
+        frame = f" (Dynamo frame {compile_id})" if compile_id else ""
+        send(backend.progress, ProgressEvent(kind="tracing", text=f"Dynamo is tracing {where}{frame}"))
 
 
 def backend(pipeline: Any = DEFAULT_PIPELINE, **settings: Any) -> PasskitBackend:

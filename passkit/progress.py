@@ -3,6 +3,7 @@
 A ``progress`` callback (``passkit.compile(model, progress=callback)``) is called with each
 finished step's ``StepRecord``, as it always was. Long work also produces ``ProgressEvent``\\ s:
 
+- ``tracing``: Dynamo started tracing a frame for passkit (its code location), before any graph;
 - ``compiling``: a graph reached passkit (its Dynamo frame, code location and inputs);
 - ``recompiling``: the same frame again, with what changed since its previous compile
   (input shapes, dtypes, requires-grad, grad mode);
@@ -46,7 +47,7 @@ HEARTBEAT_EVERY_S = 5.0
 
 log = logging.getLogger("passkit")
 
-EventKind = Literal["compiling", "recompiling", "started", "heartbeat"]
+EventKind = Literal["tracing", "compiling", "recompiling", "started", "heartbeat"]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""Each graph's compile opens with a line naming it; a recompile names what changed since the
-previous compile of the same frame: shapes, dtypes, requires-grad, grad mode."""
+"""Dynamo tracing a frame for passkit says so; each graph's compile opens with a line naming it;
+a recompile names what changed since the previous compile of the same frame: shapes, dtypes,
+requires-grad, grad mode."""
 
 from __future__ import annotations
 
@@ -47,6 +48,27 @@ def test_recompiles_name_the_graph_and_what_changed(caplog: pytest.LogCaptureFix
     ]
 
 
+def test_dynamo_tracing_says_so_before_the_graph_reaches_passkit(caplog: pytest.LogCaptureFixture) -> None:
+    torch._dynamo.reset()
+    compiled = passkit.compile(scale, pipeline="training-python", dynamic=False)
+    with caplog.at_level(logging.INFO, logger="passkit"):
+        compiled(torch.randn(2, 4))
+    lines = [r.getMessage() for r in caplog.records if r.name == "passkit"]
+    frame = re.search(r"Dynamo frame (\d+)/0", lines[0]).group(1)  # type: ignore[union-attr]
+    assert lines[:2] == [
+        f"Dynamo is tracing {WHERE} (Dynamo frame {frame}/0)",
+        f"compiling graph 1: {WHERE} (Dynamo frame {frame}/0), inputs x float32[2, 4]",
+    ]
+
+
+def test_another_backend_gets_no_tracing_line(caplog: pytest.LogCaptureFixture) -> None:
+    torch._dynamo.reset()
+    passkit.backend("training-python")  # installs passkit's hook on Dynamo's start callbacks
+    with caplog.at_level(logging.INFO, logger="passkit"):
+        torch.compile(scale, backend="eager")(torch.randn(2, 4))
+    assert [r.getMessage() for r in caplog.records if r.name == "passkit"] == []
+
+
 def test_the_compile_line_comes_before_the_first_step(caplog: pytest.LogCaptureFixture) -> None:
     torch._dynamo.reset()
 
@@ -63,4 +85,4 @@ def test_the_compile_line_comes_before_the_first_step(caplog: pytest.LogCaptureF
     callback = Callback()
     compiled = passkit.compile(scale, pipeline="training-python", dynamic=False, progress=callback)
     compiled(torch.randn(2, 4))
-    assert callback.seen[:2] == ["compiling graph 1", "step functionalize"]
+    assert callback.seen[:3] == ["tracing ", "compiling graph 1", "step functionalize"]

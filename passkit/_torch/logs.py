@@ -8,6 +8,8 @@ from typing import Any
 
 import os
 import re
+import sys
+from typing import Callable
 
 import torch
 import torch.fx
@@ -17,6 +19,7 @@ __all__ = [
     "current_frame_id",
     "dynamo_code_location",
     "dynamo_input_names",
+    "on_dynamo_frame_start",
     "graph_codegen",
     "structured_trace_enabled",
     "trace_artifact",
@@ -90,6 +93,53 @@ def dynamo_input_names(gm: torch.fx.GraphModule) -> list[tuple[str, bool]]:
         state = "._parameters[" in text or "._buffers[" in text
         names.append((_SOURCE_PART.sub(r".\1", _LOCAL.sub(r"\1", text)), state))
     return names
+
+
+_FRAME_STARTS: list[Callable[[Any, str, str], None]] = []
+
+
+def on_dynamo_frame_start(handler: Callable[[Any, str, str], None]) -> bool:
+    """Call ``handler(backend, where, compile_id)`` each time Dynamo starts tracing a frame:
+    the backend object given to ``torch.compile`` (unwrapped), ``Fn.name at file.py:12`` and
+    the compile id. Dynamo's start callbacks say neither the frame nor the backend, so they are
+    read off Dynamo's ``_compile`` frame on the stack. Returns False where torch has no start
+    callbacks. Cheap to call again: ``torch._dynamo.reset()`` clears Dynamo's callbacks, and a
+    second call puts passkit's back; a failing lookup calls nothing."""
+    try:
+        callbacks = torch._dynamo.callback_handler
+        installed = _frame_started in callbacks.start_callbacks
+    except AttributeError:
+        return False
+    if not installed:
+        callbacks.register_start_callback(_frame_started)
+    if handler not in _FRAME_STARTS:
+        _FRAME_STARTS.append(handler)
+    return True
+
+
+def _frame_started(args: Any) -> None:
+    try:
+        frame = sys._getframe(1)
+        while frame is not None and not (frame.f_code.co_name == "_compile" and "compiler_fn" in frame.f_locals):
+            frame = frame.f_back
+        if frame is None:
+            return
+        code, backend = frame.f_locals.get("code"), frame.f_locals["compiler_fn"]
+        for _ in range(8):  # Dynamo's wrappers around the backend the user passed
+            inner = getattr(backend, "_torchdynamo_orig_backend", None) or getattr(backend, "compiler_fn", None)
+            if inner is None or inner is backend:
+                break
+            backend = inner
+        name = getattr(code, "co_qualname", getattr(code, "co_name", "?"))
+        where = f"{name} at {os.path.basename(getattr(code, 'co_filename', '?'))}:{getattr(code, 'co_firstlineno', 0)}"
+        compile_id = str(getattr(args, "compile_id", "") or "")
+    except Exception:  # noqa: BLE001 - a progress line must never cost the compile
+        return
+    for handler in list(_FRAME_STARTS):
+        try:
+            handler(backend, where, compile_id)
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def structured_trace_enabled() -> bool:

@@ -54,6 +54,7 @@ def _drive_terminal() -> str:
     buffer = io.StringIO()
     live = LiveTable(interactive=True, console=Console(file=buffer, force_terminal=True, width=120))
     live.begin(PLAN)
+    live.event(ProgressEvent(kind="tracing", text=TRACING))
     live.event(ProgressEvent(kind="compiling", text=COMPILING, graph="graph 1"))
     live(RECORDS[0])
     live.event(ProgressEvent(kind="heartbeat", text="", step_id="codegen.python", position=1, total=2, seconds=6.0,
@@ -63,6 +64,7 @@ def _drive_terminal() -> str:
     return buffer.getvalue()
 
 
+TRACING = "Dynamo is tracing f at m.py:1 (Dynamo frame 0/0)"
 COMPILING = "compiling graph 1: f at m.py:1 (Dynamo frame 0/0), inputs x float32[2]"
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _TOKENS = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r|\n|[^\x1b\r\n]+")
@@ -103,7 +105,7 @@ def test_a_terminal_shows_a_live_status_line_and_the_rows_above_it() -> None:
         "",
     ]
     # The status line said what ran, with the elapsed time and the pass's phrase...
-    assert "capturing the model with Dynamo ... 0.0 s\r" in raw
+    assert f"{TRACING} ... 0.0 s\r" in raw  # a status, not a line of its own (see the screen above)
     assert "\n[2/2]  codegen.python ... 6.0 s, 3 kernels generated so far\r" in raw
 
 
@@ -119,6 +121,7 @@ def test_piped_progress_events_are_plain_lines_on_stderr_and_leave_the_table_alo
     with runner.isolation() as (out, err, *_):
         live = LiveTable(interactive=False)
         live.begin(PLAN)
+        live.event(ProgressEvent(kind="tracing", text=TRACING))
         live.event(ProgressEvent(kind="compiling", text=COMPILING, graph="graph 1"))
         live(RECORDS[0])
         live.event(ProgressEvent(kind="started", text="[2/2] codegen.python: started, running for 1.0 s",
@@ -126,7 +129,7 @@ def test_piped_progress_events_are_plain_lines_on_stderr_and_leave_the_table_alo
         live(RECORDS[1])
         live.finished(Report("p", list(RECORDS), seconds=0.004))
         stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
-    assert stderr == COMPILING + "\n[2/2] codegen.python: started, running for 1.0 s\n"
+    assert stderr == f"{TRACING}\n{COMPILING}\n[2/2] codegen.python: started, running for 1.0 s\n"
     assert "\x1b" not in stdout + stderr
     assert stdout.splitlines()[3:5] == [
         "[1/2]  functionalize   functionalize   yes          1.0 ms  3\u21924",
