@@ -3,14 +3,13 @@
 Each step prints exactly one line, numbered ``[i/N]`` like everywhere else (1-based), and that
 line is the table's row, so nothing is printed twice. Column widths come from the pipeline's
 step ids and pass names, known before the first step runs, so rows line up while streaming.
-On a terminal a ``rich`` live status line shows what is running, with its elapsed time
-ticking: ``Dynamo is tracing Block.forward at model.py:12 ... 2.1 s``, then
-``[i/N] <id> ... 6.2 s, 14 kernels generated so far``
-(the pass's own phrase arrives with each heartbeat, ``passkit.progress``); each finished row
-prints above it. Piped output gets the finished rows, and on stderr a plain line per
-progress event (Dynamo tracing a frame, a graph compiling or recompiling, a step started or
-still running after a second), with no control codes. Several graphs (graph breaks) each get a title, a header and a
-summary line.
+On a terminal a ``rich`` live status line shows what is running, its elapsed time ticking:
+``Dynamo is tracing Block.forward at model.py:12 ... 2.1 s``, then ``[i/N] <id> ... 6.2 s,
+14 kernels generated so far`` (the pass's phrase arrives with each heartbeat,
+``passkit.progress``); each finished row prints above it. Piped output gets the finished rows,
+and on stderr a plain line per progress event (Dynamo tracing a frame, a graph compiling or
+recompiling, a step started or still running after a second), with no control codes. Several
+graphs (graph breaks) each get a title, a header and a summary line.
 """
 
 from __future__ import annotations
