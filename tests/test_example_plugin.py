@@ -1,8 +1,8 @@
 """The worked plugin in plugins/passkit-example, seen from passkit: listed, its pipeline found, run.
 
-The plugin is a separate distribution, installed with
-``pip install -e ".[dev]" -e plugins/passkit-example`` (the README's quick start). These tests
-use only what a user sees: the CLI listings and a compiled function's report.
+The plugin is a separate distribution, installed with ``pip install -e . -e
+plugins/passkit-example`` (the README's first quick-start command). These tests use only what a
+user sees: the CLI listings and a compiled function's report.
 """
 
 from __future__ import annotations

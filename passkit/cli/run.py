@@ -60,7 +60,10 @@ def command(
     json_on_stdout = json_out == "-"
     tolerance = {key: value for key, value in (("rtol", rtol), ("atol", atol)) if value is not None}
     progress = LiveTable(err=json_on_stdout, model=model or "the bundled transformer block")
-    result = run_check(pipeline, model=model, dump_dir=dump_dir, progress=progress, **tolerance)
+    try:
+        result = run_check(pipeline, model=model, dump_dir=dump_dir, progress=progress, **tolerance)
+    finally:
+        progress.close()
     line = verdict(result)
     if json_on_stdout:
         terminal.note(line)

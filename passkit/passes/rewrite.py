@@ -140,7 +140,9 @@ def resolve_pattern_set(name: str, registry: Any = None) -> Any:
 
 
 def sets_tolerance(options: RewriteOptions) -> tuple[float, float] | None:
-    """The loosest tolerance the step's pattern sets declare (None: they keep numerics)."""
+    """The loosest of the pattern sets the step applies.
+
+    None when no set declares one: they keep eager's numerics."""
     from passkit.compare import loosest
 
     sets = [resolve_pattern_set(name).configured(options.set_options.get(name)) for name in options.patterns]
