@@ -16,7 +16,7 @@ import torch
 
 from passkit._torch import concrete, subgraph_grads_by_running
 from passkit.autodiff import JointPlan, make_joint_fn, refuse_undifferentiable
-from passkit.compare import ATOL, RTOL, compare_values
+from passkit.compare import DEFAULT_TOLERANCE, compare_values
 from passkit.program import Program
 
 __all__ = ["Observation", "Reference", "observe"]
@@ -211,17 +211,17 @@ class Reference:
                 refuse_undifferentiable(gm)
         self.expected = observe(program, self.real_inputs)
 
-    def compare(self, program: Program, *, rtol: float = RTOL, atol: float = ATOL) -> str | None:
-        """None when the program's current graphs agree with capture (within ``rtol``/``atol``);
-        else where they deviate."""
+    def compare(self, program: Program, tolerance: tuple[float, float] = DEFAULT_TOLERANCE) -> str | None:
+        """None when the program's current graphs agree with capture within ``tolerance``
+        (``passkit.compare.tolerance_for``); else where they deviate and the tolerance held to."""
         actual = observe(program, self.real_inputs)
         for label, expected, got in (
             ("output", self.expected.outputs, actual.outputs),
             ("input", self.expected.inputs, actual.inputs),
             ("grad", self.expected.grads, actual.grads),
         ):
-            comparison = compare_values(expected, got, label, rtol=rtol, atol=atol)
+            comparison = compare_values(expected, got, label, tolerance)
             if not comparison.ok:
                 first = comparison.mismatches[0]
-                return f"{first.why} in {first.where} of graph {_source_graph(program, label)}"
+                return f"{first.why} in {first.where} of graph {_source_graph(program, label)} ({first.tolerance})"
         return None

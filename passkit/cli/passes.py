@@ -47,7 +47,7 @@ def pass_json(entry: PassEntry) -> dict[str, Any]:
         "invalidates": sorted(pass_.invalidates),
         "training_only": pass_.training_only,
         "version": pass_.version,
-        "tolerance": None if pass_.tolerance is None else dict(zip(("rtol", "atol"), pass_.tolerance)),
+        "tolerance": _tolerance_json(pass_.tolerance),
         "options": _options(entry),
         "fingerprint": pass_.fingerprint(),
     }
@@ -92,7 +92,9 @@ def _pass_text(entry: PassEntry) -> str:
     if pass_.training_only:
         contract += "; training only"
     lines.append(contract)
-    if pass_.tolerance is not None:  # undeclared: the pipeline's rtol/atol, nothing to show
+    if callable(pass_.tolerance):  # declared per step, from its options
+        lines.append(f"  tolerance: {_PER_OPTIONS}{_first_line(pass_.tolerance.__doc__)}")
+    elif pass_.tolerance is not None:  # undeclared: the pipeline's rtol/atol, nothing to show
         rtol, atol = pass_.tolerance
         lines.append(f"  tolerance: rtol={rtol:g}, atol={atol:g}")
     options = _options(entry)
@@ -102,3 +104,17 @@ def _pass_text(entry: PassEntry) -> str:
         default = "required" if option["required"] else f"= {terminal.format_value(option['default'])}"
         lines.append(f"  option {option['name']}: {option['type']} {default}")
     return "\n".join(lines)
+
+
+_PER_OPTIONS = "per options"
+
+
+def _tolerance_json(tolerance: Any) -> Any:
+    if callable(tolerance):
+        return _PER_OPTIONS
+    return None if tolerance is None else dict(zip(("rtol", "atol"), tolerance))
+
+
+def _first_line(doc: str | None) -> str:
+    lines = (doc or "").strip().splitlines()
+    return f" ({lines[0].rstrip('.')})" if lines else ""

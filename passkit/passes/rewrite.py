@@ -16,6 +16,10 @@ some of their patterns (``"attention:sdpa"``), as ``passkit bisect`` writes it i
 ``set_options.<set>`` tunes a set that declares options (``PatternSet.options``), such as the
 ``attention`` set's ``cpu_min_score_bytes``; it is checked against the set when the file loads.
 
+The step declares the loosest ``tolerance`` of the sets it applies (``PatternSet.tolerance``,
+as configured by ``set_options``), so numerics checks of a pipeline that ran it accept an
+approximation a set declares (``passkit.compare.tolerance_for``).
+
 Before each application the pass asks ``context.should_apply`` (the ``passkit_should_apply``
 hook), so a plugin can veto single applications (bisection finds the first bad one that way).
 """
@@ -38,7 +42,7 @@ from passkit.program import Program
 if TYPE_CHECKING:
     from passkit.hookspecs import StepContext
 
-__all__ = ["rewrite", "RewriteOptions", "resolve_pattern_set", "stage_of"]
+__all__ = ["rewrite", "RewriteOptions", "resolve_pattern_set", "sets_tolerance", "stage_of"]
 
 
 class PatternSetName(str):
@@ -131,10 +135,21 @@ def resolve_pattern_set(name: str, registry: Any = None) -> Any:
     return PatternSet(
         name, qualified, description, requires=getattr(value, "requires", ()),
         options=getattr(value, "options", None), configure=getattr(value, "configure", None),
+        tolerance=getattr(value, "tolerance", None),
     )
 
 
-@graph_pass("rewrite", requires={"functional"}, options=RewriteOptions)
+def sets_tolerance(options: RewriteOptions) -> tuple[float, float] | None:
+    """The loosest of the pattern sets the step applies.
+
+    None when no set declares one: they keep eager's numerics."""
+    from passkit.compare import loosest
+
+    sets = [resolve_pattern_set(name).configured(options.set_options.get(name)) for name in options.patterns]
+    return loosest(s.tolerance for s in sets)
+
+
+@graph_pass("rewrite", requires={"functional"}, options=RewriteOptions, tolerance=sets_tolerance)
 def rewrite(
     program: Program,
     *,

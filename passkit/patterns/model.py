@@ -18,7 +18,8 @@ string entries name sizes that must agree across the whole match. A ``Pattern`` 
 (one root or a tuple of roots, for multi-output patterns, or a traced search from
 ``from_trace``) with a replacement, a benefit (higher first) and an optional extra ``check``.
 A ``PatternSet`` is a named tuple of patterns, each name once; sets compose with ``+``. A set may declare
-``options`` that a pipeline sets per ``rewrite`` step (the ``attention`` set's CPU size gate).
+``options`` that a pipeline sets per ``rewrite`` step (the ``attention`` set's CPU size gate),
+and a ``tolerance=(rtol, atol)`` when its rewrites change numerics on purpose.
 
 Everything is frozen and hashable; ``fingerprint()`` is stable across processes (callables are
 named by their qualified name and source hash), so the compile cache can key on pattern sets.
@@ -30,6 +31,8 @@ import hashlib
 import inspect
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Callable
+
+from passkit.compare import loosest
 
 __all__ = [
     "ANY",
@@ -207,8 +210,15 @@ class PatternSet:
     # traces stay cached across values.
     options: Any = None
     configure: Callable[[PatternSet, Any], PatternSet] | None = None
+    # ``(rtol, atol)`` the set's rewrites may move results by (an approximation by design, such
+    # as a tanh GELU): a ``rewrite`` step applying it declares the loosest of its sets'.
+    tolerance: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
+        if self.tolerance is not None:
+            if len(self.tolerance) != 2 or min(self.tolerance) < 0:
+                raise ValueError(f"pattern set {self.name!r}: tolerance must be (rtol, atol), both >= 0, not {self.tolerance!r}")
+            object.__setattr__(self, "tolerance", (float(self.tolerance[0]), float(self.tolerance[1])))
         # Counts, ``only``, vetoes and bisect's blame name patterns: two of one name are ambiguous.
         # One rule for several overloads is one pattern whose search is an ``Alt`` of them.
         seen: set[str] = set()
@@ -228,7 +238,8 @@ class PatternSet:
 
     def __add__(self, other: PatternSet) -> PatternSet:
         requires = self.requires + other.requires if self.requires and other.requires else ()
-        return PatternSet(f"{self.name}+{other.name}", self.patterns + other.patterns, requires=requires)
+        tolerance = loosest((self.tolerance, other.tolerance))
+        return PatternSet(f"{self.name}+{other.name}", self.patterns + other.patterns, requires=requires, tolerance=tolerance)
 
     def may_match(self, targets: set[Any]) -> bool:
         """Whether a graph calling ``targets`` could match (by the ``requires`` hint)."""

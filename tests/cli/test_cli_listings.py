@@ -133,3 +133,12 @@ def test_pipelines_shows_installed_files_relative_to_their_package(tmp_path, mon
     assert short_path(package / "fast.toml") == "acme_pkg/pipelines/fast.toml"
     assert short_path(elsewhere / "mine.toml") == "mine.toml"
     assert short_path(tmp_path / "loose.toml") == str(tmp_path / "loose.toml")  # nothing shorter is true
+
+
+def test_passes_shows_a_tolerance_declared_per_options(cli) -> None:
+    listed = cli.invoke(main, ["passes", "--json"])
+    assert listed.exit_code == 0, listed.output
+    rewrite = next(entry for entry in json.loads(listed.stdout) if entry["name"] == "rewrite")
+    assert rewrite["tolerance"] == "per options"
+    text = cli.invoke(main, ["passes"]).stdout.splitlines()
+    assert "  tolerance: per options (The loosest of the pattern sets the step applies)" in text
