@@ -26,6 +26,7 @@ __all__ = [
     "asks_for_shape_env",
     "called_subgraphs",
     "calls_higher_order",
+    "call_keeping_whole",
     "forward_hop",
     "fresh_subgraph_caches",
     "graph_and_subgraphs",
@@ -33,10 +34,28 @@ __all__ = [
     "needs_shape_env",
     "subgraph_grads_by_running",
     "subgraphs",
+    "subgraphs_traced_in",
 ]
 
 # Higher-order ops whose fake rule draws fresh (unbacked) symbols, so it asserts a ShapeEnv.
 _NEEDS_SHAPE_ENV = ("while_loop", "while_loop_stack_output")
+
+
+# Higher-order ops whose autograd rule traces them as another op (``while_loop`` as
+# ``while_loop_stack_output``, which keeps every iteration for the backward).
+_AUTOGRAD_RULE_REWRITES = ("while_loop",)
+
+
+def call_keeping_whole(target: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    """Call an FX target in a trace that records a forward only (``functionalize``, ``decompose``).
+
+    A higher-order op whose autograd rule would rewrite it runs below autograd, so the graph
+    keeps the op the user wrote and ``joint`` differentiates it; other targets run as they are.
+    """
+    if isinstance(target, HigherOrderOperator) and target.__name__ in _AUTOGRAD_RULE_REWRITES:
+        with torch._C._AutoDispatchBelowAutograd():
+            return target(*args, **kwargs)
+    return target(*args, **kwargs)
 
 
 def is_higher_order(target: Any) -> bool:
@@ -147,6 +166,30 @@ def fresh_subgraph_caches() -> Iterator[None]:
         yield
     finally:
         context.hop_dispatch_set_cache = prior
+
+
+@contextlib.contextmanager
+def subgraphs_traced_in(fake_mode: Any) -> Iterator[None]:
+    """The fake mode (or ``None``: real tensors) in which a higher-order op's autograd rule
+    traces the subgraphs it builds (``while_loop``'s backward body, through ``detect_fake_mode``).
+
+    Dynamo's tracing context, active while a backend compiles, names Dynamo's fake mode, and
+    torch prefers it to the tensors' own: the backward would be traced against Dynamo's shape
+    environment, which lacks the sizes passkit's trace drew (``KeyError: u2``), or traced on
+    real tensors as if they were fake (``_local_scalar_dense`` of a tracing tensor).
+    """
+    from torch._guards import TracingContext
+
+    context = TracingContext.try_get()
+    if context is None or context.fake_mode is fake_mode:
+        yield
+        return
+    prior = context.fake_mode
+    context.fake_mode = fake_mode
+    try:
+        yield
+    finally:
+        context.fake_mode = prior
 
 
 @contextlib.contextmanager

@@ -134,6 +134,9 @@ def size_hint(value: Any) -> int:
     if hint is not None:
         return int(hint)
     shape_env = getattr(node, "shape_env", None)
+    if shape_env is not None and hasattr(shape_env, "optimization_hint"):
+        # torch 2.13 deprecates ``size_hint`` (a FutureWarning on every unbacked size).
+        return int(shape_env.optimization_hint(node.expr, fallback=_UNHINTED_SIZE))
     if shape_env is not None:
         try:
             return int(shape_env.size_hint(node.expr, allow_none=False))
