@@ -126,7 +126,8 @@ def make_joint_fn(plan: JointPlan) -> Any:
     def joint_fn(*flat: Any) -> tuple[Any, ...]:
         primals, tangents = flat[:n_primals], flat[n_primals:]
         interpreter = _LeafInterpreter(plan.main, plan.leaf_nodes)
-        with _torch.subgraph_grads_by_running(plan.main):
+        traceable = _torch.loop_backwards_traceable(plan.main, primals)
+        with _torch.subgraph_grads_by_running(plan.main), traceable:
             with torch.enable_grad():
                 outs = interpreter.run(*primals)
             wrt = [primals[i] for i in plan.grad_inputs] + [leaf for _, leaf in interpreter.leaves]

@@ -31,6 +31,7 @@ __all__ = [
     "fresh_subgraph_caches",
     "graph_and_subgraphs",
     "is_higher_order",
+    "loop_backwards_traceable",
     "needs_shape_env",
     "subgraph_grads_by_running",
     "subgraphs",
@@ -218,6 +219,26 @@ def subgraph_grads_by_running(gm: GraphModule) -> Iterator[None]:
     finally:
         for value, val in hidden:
             value.meta["val"] = val
+
+
+@contextlib.contextmanager
+def loop_backwards_traceable(gm: GraphModule, values: Any) -> Iterator[None]:
+    """While differentiating ``gm`` on fake ``values``, ``while_loop``'s backward may read its
+    iteration index as a number (``.item()``, to select that iteration's saved carries).
+
+    Dynamo's fake mode refuses scalar outputs unless ``capture_scalar_outputs`` is set, so with
+    ``dynamic=True`` torch's own AOT fails there; the number lives inside the backward's body
+    only, so passkit allows it for this trace.
+    """
+    fake_mode = next((v.fake_mode for v in pytree.tree_leaves(values) if hasattr(v, "fake_mode")), None)
+    if fake_mode is None or getattr(fake_mode, "allow_scalar_outputs", True) or not calls_higher_order(gm, "while_loop"):
+        yield
+        return
+    fake_mode.allow_scalar_outputs = True
+    try:
+        yield
+    finally:
+        fake_mode.allow_scalar_outputs = False
 
 
 def calls_higher_order(gm: GraphModule, *names: str) -> bool:
