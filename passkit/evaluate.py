@@ -16,6 +16,7 @@ import torch
 
 from passkit._torch import concrete, subgraph_grads_by_running, subgraphs_traced_in
 from passkit.autodiff import JointPlan, make_joint_fn
+from passkit.subclass_autodiff import SubclassJoint
 from passkit.compare import ATOL, RTOL, compare_values
 from passkit.program import Program
 
@@ -91,6 +92,9 @@ def _observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
     if "joint" in graphs:
         return _observe_joint(program, clones, leaves)
     io = program.io("main")
+    source = program.notes.get("subclasses")
+    if source is not None and program.training:
+        return _observe_subclass_main(program, clones, source)
     if not any(d.kind == "mutation" for d in io.outputs) and "functional" not in program.facts:
         return _observe_eager(program, clones, leaves)
     if not program.training:
@@ -106,6 +110,23 @@ def _observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
     results = make_joint_fn(plan)(*clones, *tangents)
     n_out = len(io.outputs)
     return _finish(program, io.outputs, list(results[:n_out]), clones, _grads(program, plan.grad_inputs, results[n_out:]))
+
+
+def _observe_subclass_main(program: Program, clones: list[Any], source: Any) -> Observation:
+    """Main's outputs, and gradients taken at the subclass level, as ``joint`` takes them.
+
+    Differentiating the flat main would miss what the subclass decides a gradient is (a
+    ``DTensor``'s backward runs its own collectives).
+    """
+    io = program.io("main")
+    plan = SubclassJoint(program, source)
+    primals = [c.detach() if isinstance(c, torch.Tensor) else c for c in clones]
+    with torch.no_grad(), torch.random.fork_rng(devices=_initialised_cuda()):
+        outs = list(program.graphs["main"](*primals))
+    tangents = _tangents_for(program, io.outputs, plan.diff_outputs, outs)
+    results = plan(*primals, *tangents)
+    n_out = len(results) - len(plan.grad_inputs)
+    return _finish(program, io.outputs, outs, primals, _grads(program, plan.grad_inputs, results[n_out:]))
 
 
 def _observe_eager(program: Program, clones: list[Any], leaves: list[Any]) -> Observation:

@@ -27,6 +27,7 @@ __all__ = [
     "full_table",
     "has_own_autograd_formula",
     "has_symbolic_sizes",
+    "is_collective",
     "is_core_aten",
     "is_symbolic",
     "mkldnn_disabled",
@@ -117,6 +118,16 @@ AUTOGRAD_SEMANTIC_OPS = frozenset({torch.ops.aten.detach.default})
 def is_core_aten(op: Any) -> bool:
     """In the Core ATen opset: tagged ``core``, or a prim."""
     return op.namespace == "prims" or torch.Tag.core in op.tags
+
+
+# Functional collectives: communication, which no decomposition table lowers (DTensor's backward
+# issues them inside ``joint``).
+_COLLECTIVE_NAMESPACES = frozenset({"_c10d_functional", "c10d_functional", "_c10d_functional_autograd"})
+
+
+def is_collective(op: Any) -> bool:
+    """A functional collective (``_c10d_functional.all_reduce``, ``wait_tensor``)."""
+    return op.namespace in _COLLECTIVE_NAMESPACES
 
 
 # -- partition.min_cut: symbolic size hints and real tensors next to fake ones -------------------
