@@ -14,7 +14,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from passkit._torch import concrete, subgraph_grads_by_running, subgraphs_traced_in
+from passkit._torch import concrete, loop_backwards_on_real_tensors, subgraph_grads_by_running
 from passkit.autodiff import JointPlan, make_joint_fn
 from passkit.subclass_autodiff import SubclassJoint
 from passkit.compare import ATOL, RTOL, compare_values
@@ -62,7 +62,7 @@ def observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
     Random ops draw from a fixed seed, so every stage draws the same numbers; the caller's RNG
     state is restored afterwards, so verification never changes what the user's program draws.
     """
-    with fixed_seed(0), subgraphs_traced_in(None):
+    with fixed_seed(0), loop_backwards_on_real_tensors(program.graphs.values()):
         return _observe(program, real_inputs)
 
 

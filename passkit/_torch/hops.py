@@ -31,6 +31,7 @@ __all__ = [
     "fresh_subgraph_caches",
     "graph_and_subgraphs",
     "is_higher_order",
+    "loop_backwards_on_real_tensors",
     "loop_backwards_traceable",
     "needs_shape_env",
     "subgraph_grads_by_running",
@@ -191,6 +192,18 @@ def subgraphs_traced_in(fake_mode: Any) -> Iterator[None]:
         yield
     finally:
         context.fake_mode = prior
+
+
+def loop_backwards_on_real_tensors(graphs: Any) -> contextlib.AbstractContextManager[None]:
+    """Around running ``graphs`` under autograd on real tensors while a backend compiles.
+
+    ``while_loop``'s backward then traces its body in a fake mode of its own only where torch
+    finds none (``subgraphs_traced_in(None)``); ``invoke_subgraph``'s backward needs Dynamo's,
+    so graphs without a loop keep it.
+    """
+    if any(calls_higher_order(gm, "while_loop") for gm in graphs):
+        return subgraphs_traced_in(None)
+    return contextlib.nullcontext()
 
 
 @contextlib.contextmanager

@@ -290,6 +290,7 @@ def test_while_loop_under_no_grad_compiles_in_a_training_pipeline() -> None:
 def test_every_step_keeps_numerics(name: str) -> None:
     """``verify = "numerics"`` compares every stage, subgraphs and all, with the capture."""
     fn, make_inputs = PROGRAMS[name]
+    torch.manual_seed(1)  # while_until's trip count, and its rounding, depend on the inputs
     inputs = make_inputs()
     backend = passkit.backend("training-python", verify="numerics")
     compiled = _run(fn, backend, inputs, True)
