@@ -7,8 +7,8 @@ them apart into their local shards, and ``joint`` differentiates at the DTensor 
 backward's collectives are DTensor's own. Each rank compares the forward and every parameter's
 local gradient with the eager model, on ``training`` and ``training-python``, and with
 ``torch.compile(backend="aot_eager")``. A 2 x 2 mesh on four ranks adds FSDP2 over tensor
-parallelism; ``verify = "numerics"`` and ``dynamic=True`` run on ``training-python``. The ranks run
-under a deadline, so a deadlock fails.
+parallelism; ``verify = "numerics"`` and ``dynamic=True`` run on both pipelines too. The ranks
+run under a deadline, so a deadlock fails.
 """
 
 from __future__ import annotations
@@ -186,12 +186,13 @@ def _checked_rank(rank: int, world: int, init_method: str, out_dir: str) -> None
         results: dict[tuple[str, str, tuple[int, ...]], object] = {}
         for kind in KINDS:
             base = _parallel(kind, mesh)
-            for run in ("eager", "verify", "dynamic"):
+            for run in ("eager", *(f"{p} {check}" for p in PASSKIT_PIPELINES for check in ("verify", "dynamic"))):
                 model = copy.deepcopy(base)
                 torch._dynamo.reset()
-                backend = None if run == "eager" else passkit.backend("training-python", verify="numerics" if run == "verify" else "off")
-                runner = model if backend is None else torch.compile(model, backend=backend, dynamic=run == "dynamic")
-                for shape in SHAPES[kind][: 1 if run == "verify" else 2]:
+                pipeline, _, check = run.partition(" ")
+                backend = None if run == "eager" else passkit.backend(pipeline, verify="numerics" if check == "verify" else "off")
+                runner = model if backend is None else torch.compile(model, backend=backend, dynamic=check == "dynamic")
+                for shape in SHAPES[kind][: 1 if check == "verify" else 2]:
                     torch.manual_seed(5)
                     x = torch.randn(*shape)
                     model.zero_grad()
@@ -214,10 +215,10 @@ def test_tensor_parallel_under_verify_numerics_and_dynamic_shapes(tmp_path, spaw
     for rank in range(world):
         results = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
         for kind in KINDS:
-            for run in ("verify", "dynamic"):
-                for shape in SHAPES[kind][: 1 if run == "verify" else 2]:
+            for run in (f"{p} {check}" for p in PASSKIT_PIPELINES for check in ("verify", "dynamic")):
+                for shape in SHAPES[kind][: 1 if run.endswith("verify") else 2]:
                     out, grads, compiles = results[kind, run, shape]
                     out_e, grads_e, _ = results[kind, "eager", shape]
-                    where = f"{kind} {shape}, rank {rank}, training-python {run}"
+                    where = f"{kind} {shape}, rank {rank}, {run}"
                     assert compiles == 1, f"{where}: {compiles} compiles"
                     _assert_same_step(where, (out, grads), (out_e, grads_e))

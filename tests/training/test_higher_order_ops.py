@@ -389,3 +389,35 @@ def test_partition_never_saves_a_subgraph(make_program: Any, partitioner: str) -
     inputs = [n for n in backward.graph.nodes if n.op == "placeholder"]
     assert all(isinstance(n.meta.get("val"), torch.Tensor) for n in inputs), [n.name for n in inputs]
     assert any(n.op == "get_attr" for n in backward.graph.nodes)
+
+
+def test_while_loop_trains_with_dynamic_shapes_on_training_python() -> None:
+    """``dynamic=True``: one program for two batch sizes. torch's own AOT stops here unless
+    ``capture_scalar_outputs`` is set (the backward reads its iteration index with ``.item()``)."""
+    torch._dynamo.reset()
+    compiled = passkit.compile(while_until, "training-python", dynamic=True)
+    for rows in (3, 5):
+        torch.manual_seed(1)
+        inputs = [torch.randn(rows, 4) * 0.3, torch.randn(4, 4) * 0.5]
+        _assert_close(_run(compiled, None, inputs, True), _run(while_until, None, inputs, True), f"{rows} rows vs eager")
+    assert len(compiled.passkit_reports) == 1
+
+
+@pytest.mark.slow
+def test_while_loop_with_dynamic_shapes_on_training_is_inductors_one_line() -> None:
+    """Inductor traces the backward's body again under Dynamo's fake mode, which refuses the
+    ``.item()``; torch's own ``backend="inductor"`` fails there too (and falls back to eager)."""
+    torch._dynamo.reset()
+    compiled = passkit.compile(while_until, "training", dynamic=True)
+    with pytest.raises(passkit.PassError) as caught:
+        _run(compiled, None, [torch.randn(3, 4) * 0.3, torch.randn(4, 4) * 0.5], True)
+    message = str(caught.value)
+    pipeline = passkit.load_pipeline("training")
+    expected = (
+        f"{pipeline.where(pipeline.steps[-1])} failed at node while_loop (while_loop): PassError: Inductor cannot compile the "
+        "'backward' graph (InductorError: DataDependentOutputException: aten._local_scalar_dense.default); use the "
+        "'training-python' pipeline, which runs the graph as ATen calls, without Inductor (after: "
+        f"{', '.join(s.id for s in pipeline.steps[:-1])}) (reproducer: not written: Unportable: a tensor has symbolic sizes)"
+    )
+    assert "\n" not in message
+    assert message == expected
