@@ -172,7 +172,7 @@ def test_fsdp2_over_tensor_parallelism_matches_eager_on_every_rank(tmp_path, spa
 
 
 SHAPES = {"mlp": [(4, 16), (6, 16)], "attention": [(2, 6, 16), (2, 8, 16)]}
-# Compiles of the dynamic run after both shapes (1 when one program takes both). On `training`
+# Compiles of the dynamic run after the second shape (1 when one program takes both). On `training`
 # the attention block's sequence length comes out specialized, and Dynamo compiles it again for
 # the second shape ("tensor 'x' size mismatch at index 1"); torch's own Inductor does not train
 # this block with dynamic=True at all (a RecursionError in ViewBackward0, torch 2.13 CPU).
@@ -225,5 +225,6 @@ def test_tensor_parallel_under_verify_numerics_and_dynamic_shapes(tmp_path, spaw
                     out, grads, compiles = results[kind, run, shape]
                     out_e, grads_e, _ = results[kind, "eager", shape]
                     where = f"{kind} {shape}, rank {rank}, {run}"
-                    assert compiles == RECOMPILES.get(run, {}).get(kind, 1), f"{where}: {compiles} compiles"
+                    expected = 1 if shape == SHAPES[kind][0] else RECOMPILES.get(run, {}).get(kind, 1)
+                    assert compiles == expected, f"{where}: {compiles} compiles"
                     _assert_same_step(where, (out, grads), (out_e, grads_e))
