@@ -289,4 +289,5 @@ def _short(container: str) -> str:
 
 @hookimpl
 def passkit_register_passes() -> list:
+    _torch.remember_region_schemas()  # outlined bodies are called many times; see the module
     return [regions]
