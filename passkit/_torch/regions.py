@@ -1,4 +1,5 @@
-"""Own the one schema per outlined region that ``invoke_subgraph`` asks for.
+"""Own what outlined regions (``invoke_subgraph`` bodies called many times) need from torch: one
+schema per body, and each differentiated body split into forward and backward once.
 
 torch derives ``invoke_subgraph``'s schema (which operands it mutates or aliases) by tracing its
 body again, on every call: its autograd key does so before each differentiated call, and its
@@ -18,7 +19,7 @@ import torch
 from torch.fx import GraphModule
 from torch.utils import _pytree as pytree
 
-__all__ = ["remember_region_schemas"]
+__all__ = ["partition_region_bodies", "remember_region_schemas"]
 
 _SCHEMAS: "weakref.WeakKeyDictionary[Any, dict[Any, Any]]" = weakref.WeakKeyDictionary()
 
@@ -59,3 +60,32 @@ def remember_region_schemas() -> None:
 
     hop.gen_schema = gen_schema
     hop._passkit_remembers_schemas = True
+
+
+def partition_region_bodies(joint: GraphModule) -> int:
+    """Split each differentiated ``invoke_subgraph`` body of ``joint`` into a forward that also
+    returns what its backward needs, and a backward that reads those; returns how many distinct
+    bodies were split.
+
+    ``invoke_subgraph``'s autograd rule puts the body's whole joint graph in the backward call,
+    which would recompute the forward there, random draws included. torch's own AOT path splits
+    each body once per identifier with its min-cut partitioner (which never recomputes a random
+    op) and rewires every call; this is that step.
+    """
+    import functools
+
+    from torch._functorch._aot_autograd.graph_compile import run_joint_graph_passes_on_hops
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    hop = getattr(torch.ops.higher_order, "invoke_subgraph", None)
+    backward_ids = {
+        node.args[1]
+        for node in joint.graph.nodes
+        if node.op == "call_function" and node.target is hop and isinstance(node.args[1], str) and node.args[1].startswith("bw")
+    }
+    if not backward_ids:
+        return 0
+    partition = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
+    run_joint_graph_passes_on_hops(joint, None, None, default_partition_fn=partition)
+    joint.recompile()
+    return len(backward_ids)
