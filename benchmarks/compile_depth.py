@@ -6,8 +6,8 @@ their default settings otherwise (attention implementation, dropout, activations
 hidden size (GPT-2: 128, 4 heads; Llama: 128, 4 heads, MLP 344), vocabulary 1000, input (4, 64).
 
 Contenders: ``eager``; ``inductor`` (``torch.compile``); ``training`` (passkit's default
-pipeline, which outlines repeated layers, docs/regions.md); ``training-flat`` (the same with the
-``regions`` and ``regions.partition`` steps disabled, what ``training`` was before).
+pipeline, which ships the ``regions`` steps switched off); ``training-regions`` (the same with
+``regions`` and ``regions.partition`` on: repeated layers outlined, docs/regions.md).
 
 Method: every compile runs in a fresh subprocess with ``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``,
 a fresh ``TORCHINDUCTOR_CACHE_DIR`` and a fresh ``PASSKIT_CACHE_DIR``; the subprocess first pays
@@ -18,11 +18,11 @@ median (the STEP figure; each contender in its own process, so it carries the ho
 ``--paired`` judges step time head to head instead). Contenders run interleaved, in an order
 that rotates each round; medians over ``--rounds`` are printed, and ratios to Inductor.
 
-``--paired WORKLOAD`` instead compiles ``training`` and ``training-flat`` in one process and
+``--paired WORKLOAD`` instead compiles ``training-regions`` and ``training`` in one process and
 times their steps head to head (``paired.py``: ``A B B A`` blocks, median of the ratios).
 
 Run: ``python benchmarks/compile_depth.py [--workloads stack2,stack8,stack24,stack48,gpt2,llama]
-[--contenders eager,inductor,training,training-flat] [--rounds 1] [--steps 5] [--threads 2]
+[--contenders eager,inductor,training-regions,training] [--rounds 1] [--steps 5] [--threads 2]
 [--json OUT]`` or ``python benchmarks/compile_depth.py --paired stack24 [--pairs 20]``.
 """
 
@@ -40,13 +40,18 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-FLAT = """
+REGIONS = """
 [pipeline]
-name = "training-flat"
+name = "training-regions"
 extends = "training"
-disable = ["regions", "regions.partition"]
+
+[override.regions]
+enabled = true
+
+[override."regions.partition"]
+enabled = true
 """
-CONTENDERS = ["eager", "inductor", "training", "training-flat"]
+CONTENDERS = ["eager", "inductor", "training-regions", "training"]
 WORKLOADS = ["stack2", "stack8", "stack24", "stack48", "gpt2", "llama"]
 
 
@@ -81,7 +86,7 @@ def build(name: str) -> tuple[Any, tuple[Any, ...]]:
     return LM(model), (torch.randint(0, 1000, (4, 64)),)
 
 
-def compiler(contender: str, flat_file: str) -> Callable[[Any], Any]:
+def compiler(contender: str, regions_file: str) -> Callable[[Any], Any]:
     import torch
 
     import passkit
@@ -90,7 +95,7 @@ def compiler(contender: str, flat_file: str) -> Callable[[Any], Any]:
         return lambda m: m
     if contender == "inductor":
         return lambda m: torch.compile(m, backend="inductor")
-    pipeline = "training" if contender == "training" else flat_file
+    pipeline = "training" if contender == "training" else regions_file
     return lambda m: passkit.compile(m, pipeline=pipeline, cache="off")
 
 
@@ -103,12 +108,12 @@ def train_step(model: Any, inputs: tuple[Any, ...]) -> None:
     (out * torch.linspace(0.5, 1.5, out.numel()).reshape(out.shape)).sum().backward()
 
 
-def child(workload: str, contender: str, steps: int, threads: int, flat_file: str) -> dict[str, Any]:
+def child(workload: str, contender: str, steps: int, threads: int, regions_file: str) -> dict[str, Any]:
     """One cold compile and ``steps`` timed steps, in this (fresh) process."""
     import torch
 
     torch.set_num_threads(threads)
-    compile_fn = compiler(contender, flat_file)
+    compile_fn = compiler(contender, regions_file)
     tiny = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU(), torch.nn.Linear(16, 8))
     train_step(compile_fn(tiny), (torch.randn(4, 8),))  # first-use costs, outside the figure
     torch._dynamo.reset()
@@ -130,12 +135,12 @@ def child(workload: str, contender: str, steps: int, threads: int, flat_file: st
     return result
 
 
-def run_child(workload: str, contender: str, steps: int, threads: int, flat_file: str) -> dict[str, Any]:
+def run_child(workload: str, contender: str, steps: int, threads: int, regions_file: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as scratch:
         env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "PASSKIT_CACHE_DIR": f"{scratch}/passkit",
                "TORCHINDUCTOR_CACHE_DIR": f"{scratch}/inductor", "PYTHONWARNINGS": "ignore"}
         command = [sys.executable, __file__, "--child", workload, contender, "--steps", str(steps),
-                   "--threads", str(threads), "--flat-file", flat_file]
+                   "--threads", str(threads), "--regions-file", regions_file]
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
@@ -144,7 +149,7 @@ def run_child(workload: str, contender: str, steps: int, threads: int, flat_file
     return json.loads(lines[-1])
 
 
-def paired(workload: str, pairs: int, threads: int, flat_file: str) -> None:
+def paired(workload: str, pairs: int, threads: int, regions_file: str) -> None:
     import torch
 
     from paired import head_to_head
@@ -152,12 +157,12 @@ def paired(workload: str, pairs: int, threads: int, flat_file: str) -> None:
     torch.set_num_threads(threads)
     os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
     model, inputs = build(workload)
-    regions = compiler("training", flat_file)(copy.deepcopy(model))
-    flat = compiler("training-flat", flat_file)(copy.deepcopy(model))
+    regions = compiler("training-regions", regions_file)(copy.deepcopy(model))
+    flat = compiler("training", regions_file)(copy.deepcopy(model))
     for compiled in (regions, flat, regions, flat):
         train_step(compiled, inputs)
     ratio = head_to_head(lambda: train_step(regions, inputs), lambda: train_step(flat, inputs), pairs, min_seconds=3.0)
-    print(f"{workload}: step of training (regions) / training-flat, head to head: {ratio} ({ratio.pairs} pairs)")
+    print(f"{workload}: step of training-regions / training, head to head: {ratio} ({ratio.pairs} pairs)")
 
 
 def main() -> int:
@@ -171,11 +176,11 @@ def main() -> int:
     parser.add_argument("--paired", metavar="WORKLOAD")
     parser.add_argument("--json", metavar="OUT")
     parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "CONTENDER"), help=argparse.SUPPRESS)
-    parser.add_argument("--flat-file", help=argparse.SUPPRESS)
+    parser.add_argument("--regions-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     if args.child:
-        print(json.dumps(child(*args.child, args.steps, args.threads, args.flat_file)))
+        print(json.dumps(child(*args.child, args.steps, args.threads, args.regions_file)))
         return 0
     workloads = [w for w in args.workloads.split(",") if w]
     contenders = [c for c in args.contenders.split(",") if c]
@@ -184,17 +189,17 @@ def main() -> int:
             print(f"compile_depth.py: unknown workload or contender {name!r}", file=sys.stderr)
             return 2
     with tempfile.TemporaryDirectory() as scratch:
-        flat_file = str(Path(scratch) / "training-flat.toml")
-        Path(flat_file).write_text(FLAT)
+        regions_file = str(Path(scratch) / "training-regions.toml")
+        Path(regions_file).write_text(REGIONS)
         if args.paired:
-            paired(args.paired, args.pairs, args.threads, flat_file)
+            paired(args.paired, args.pairs, args.threads, regions_file)
             return 0
         results: dict[str, dict[str, list[dict[str, Any]]]] = {w: {c: [] for c in contenders} for w in workloads}
         for round_index in range(args.rounds):
             for workload in workloads:
                 shift = round_index % len(contenders)
                 for contender in contenders[shift:] + contenders[:shift]:
-                    result = run_child(workload, contender, args.steps, args.threads, flat_file)
+                    result = run_child(workload, contender, args.steps, args.threads, regions_file)
                     results[workload][contender].append(result)
                     print(f"  round {round_index + 1} {workload} {contender}: {result}", file=sys.stderr, flush=True)
     print_table(results, contenders)
@@ -223,7 +228,7 @@ def print_table(results: dict[str, dict[str, list[dict[str, Any]]]], contenders:
             cells.append(f"  {(f'{compile_s:.1f} s' if compile_s else 'failed') + ratio:>24}  "
                          f"{(f'{step_s * 1000:.1f} ms' if step_s else '-'):>20}")
         print(f"{workload:<9}" + "".join(cells))
-        found = next((run.get("regions") for run in by_contender.get("training", []) if run.get("regions")), None)
+        found = next((run.get("regions") for run in by_contender.get("training-regions", []) if run.get("regions")), None)
         if found:
             print(f"{'':<9}  regions: {found}")
 
