@@ -6,8 +6,8 @@ their default settings otherwise (attention implementation, dropout, activations
 hidden size (GPT-2: 128, 4 heads; Llama: 128, 4 heads, MLP 344), vocabulary 1000, input (4, 64).
 
 Contenders: ``eager``; ``inductor`` (``torch.compile``); ``training`` (passkit's default
-pipeline, which ships the ``regions`` steps switched off); ``training-regions`` (the same with
-``regions`` and ``regions.partition`` on: repeated layers outlined, docs/regions.md).
+pipeline); ``training-regions`` (the same with the ``regions`` and ``regions.partition`` steps
+added: repeated layers outlined, docs/regions.md).
 
 Method: every compile runs in a fresh subprocess with ``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``,
 a fresh ``TORCHINDUCTOR_CACHE_DIR`` and a fresh ``PASSKIT_CACHE_DIR``; the subprocess first pays
@@ -45,11 +45,13 @@ REGIONS = """
 name = "training-regions"
 extends = "training"
 
-[override.regions]
-enabled = true
+[[steps]]
+pass = "regions"
+before = "functionalize"
 
-[override."regions.partition"]
-enabled = true
+[[steps]]
+pass = "regions.partition"
+before = "partition.min_cut"
 """
 CONTENDERS = ["eager", "inductor", "training-regions", "training"]
 WORKLOADS = ["stack2", "stack8", "stack24", "stack48", "gpt2", "llama"]
