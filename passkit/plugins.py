@@ -44,6 +44,7 @@ __all__ = [
 BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("core_facts", "passkit.passes.core_facts"),
     ("apply_pass", "passkit.passes.apply"),
+    ("regions", "passkit.passes.regions"),
     ("functionalize", "passkit.passes.functionalize"),
     ("decompose", "passkit.passes.decompose"),
     ("joint", "passkit.passes.joint"),

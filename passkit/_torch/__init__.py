@@ -37,6 +37,8 @@ from passkit._torch.logs import *  # noqa: F403
 from passkit._torch.logs import __all__ as _logs
 from passkit._torch.ops import *  # noqa: F403
 from passkit._torch.ops import __all__ as _ops
+from passkit._torch.regions import *  # noqa: F403
+from passkit._torch.regions import __all__ as _regions
 from passkit._torch.tracing import *  # noqa: F403
 from passkit._torch.tracing import __all__ as _tracing
 from passkit._torch.values import *  # noqa: F403
@@ -45,5 +47,5 @@ from passkit._torch.values import __all__ as _values
 
 __all__ = [
     *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_slots, *_kernel_bundles, *_logs,
-    *_ops, *_tracing, *_values,
+    *_ops, *_regions, *_tracing, *_values,
 ]

@@ -128,6 +128,7 @@ def forward_hop(mode: TorchDispatchMode, hop: HigherOrderOperator, args: Any, kw
             with mode:
                 return run(*sub_args)
 
+        subgraph.__wrapped__ = value  # type: ignore[attr-defined]  # the body, for _torch.regions
         return subgraph
 
     args, kwargs = pytree.tree_map_only(GraphModule, under_mode, (tuple(args), kwargs))

@@ -1,0 +1,91 @@
+"""Own what outlined regions (``invoke_subgraph`` bodies called many times) need from torch: one
+schema per body, and each differentiated body split into forward and backward once.
+
+torch derives ``invoke_subgraph``'s schema (which operands it mutates or aliases) by tracing its
+body again, on every call: its autograd key does so before each differentiated call, and its
+functionalization rule keys its own cache on the identity of the callable, which passkit wraps
+afresh for each call. With one body called 24 times that is 24 traces of the body in
+``functionalize`` and 24 more in ``joint``. The schema depends only on the body and on the
+operands' types, shapes, strides, dtypes and ``requires_grad``, so ``remember_region_schemas``
+keeps one per (body, identifier, operands' metadata), the body held weakly.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch.fx import GraphModule
+from torch.utils import _pytree as pytree
+
+__all__ = ["partition_region_bodies", "remember_region_schemas"]
+
+_SCHEMAS: "weakref.WeakKeyDictionary[Any, dict[Any, Any]]" = weakref.WeakKeyDictionary()
+
+
+def _body(subgraph: Any) -> Any:
+    """The graph behind a callable wrapping it (passkit's per-call wrapper, torch's ctx wrappers)."""
+    seen = 0
+    while not isinstance(subgraph, GraphModule) and seen < 4:
+        inner = getattr(subgraph, "__wrapped__", None) or getattr(subgraph, "subgraph", None)
+        if inner is None:
+            return None
+        subgraph, seen = inner, seen + 1
+    return subgraph if isinstance(subgraph, GraphModule) else None
+
+
+def _operand_key(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return (type(value).__name__, tuple(value.shape), tuple(value.stride()), value.dtype, value.requires_grad)
+    return (type(value).__name__, repr(value) if isinstance(value, (int, float, bool, str)) else None)
+
+
+def remember_region_schemas() -> None:
+    """Make ``invoke_subgraph.gen_schema`` compute each distinct schema once (idempotent)."""
+    hop = getattr(torch.ops.higher_order, "invoke_subgraph", None)
+    if hop is None or getattr(hop, "_passkit_remembers_schemas", False):
+        return
+    compute = hop.gen_schema
+
+    def gen_schema(subgraph: Any, identifier: Any, *operands: Any) -> Any:
+        body = _body(subgraph)
+        if body is None or not isinstance(identifier, str):
+            return compute(subgraph, identifier, *operands)
+        key = (identifier, tuple(_operand_key(v) for v in pytree.tree_leaves(operands)))
+        known = _SCHEMAS.setdefault(body, {})
+        if key not in known:
+            known[key] = compute(subgraph, identifier, *operands)
+        return known[key]
+
+    hop.gen_schema = gen_schema
+    hop._passkit_remembers_schemas = True
+
+
+def partition_region_bodies(joint: GraphModule) -> int:
+    """Split each differentiated ``invoke_subgraph`` body of ``joint`` into a forward that also
+    returns what its backward needs, and a backward that reads those; returns how many distinct
+    bodies were split.
+
+    ``invoke_subgraph``'s autograd rule puts the body's whole joint graph in the backward call,
+    which would recompute the forward there, random draws included. torch's own AOT path splits
+    each body once per identifier with its min-cut partitioner (which never recomputes a random
+    op) and rewires every call; this is that step.
+    """
+    import functools
+
+    from torch._functorch._aot_autograd.graph_compile import run_joint_graph_passes_on_hops
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    hop = getattr(torch.ops.higher_order, "invoke_subgraph", None)
+    backward_ids = {
+        node.args[1]
+        for node in joint.graph.nodes
+        if node.op == "call_function" and node.target is hop and isinstance(node.args[1], str) and node.args[1].startswith("bw")
+    }
+    if not backward_ids:
+        return 0
+    partition = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
+    run_joint_graph_passes_on_hops(joint, None, None, default_partition_fn=partition)
+    joint.recompile()
+    return len(backward_ids)

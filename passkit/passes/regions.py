@@ -1,0 +1,303 @@
+"""Own the ``regions`` pass: find the repeated layers of a captured program and outline each into
+``invoke_subgraph``, so that every later stage works on each distinct layer once.
+
+A deep model is mostly the same layer many times (the blocks of an ``nn.ModuleList`` or
+``nn.Sequential``). Dynamo inlines them all into one graph, and without this pass every later
+stage (functionalize, joint, partition, Inductor's lowering) handles every copy. The pass groups
+the captured graph's nodes by the outermost indexed module on their ``nn_module_stack``
+(``blocks.3``), confirms that two layers compute the same thing with a structural key (op targets,
+constants, wiring, and each value's shape, stride, dtype and ``requires_grad``), and replaces each
+layer by ``invoke_subgraph(body, identifier, *operands)`` on one body shared by all its repeats.
+torch traces and differentiates a body once per identifier, and Inductor lowers one body once,
+so compile time grows with the number of distinct layers, not with depth.
+
+A layer is left inline when it cannot be outlined safely: it mutates a value from outside,
+toggles grad mode or another global, carries ``recompute`` tags, takes or returns something other
+than a tensor, or is not a contiguous piece of the graph's dependencies. Regions the user already
+marked with ``torch.compiler.nested_compile_region`` arrive as ``invoke_subgraph`` and stay as
+they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.fx import Graph, GraphModule, Node
+
+from passkit import _torch
+from passkit.hookspecs import hookimpl
+from passkit.pass_api import graph_pass
+from passkit.program import Program
+
+__all__ = ["regions", "partition_bodies", "Layer", "find_layers", "outline"]
+
+# One instance of a container's item: "L['self'].blocks.3" -> ("L['self'].blocks", "3").
+_INDEXED = re.compile(r"^(?P<container>.+?)(?:\.|\[)(?P<index>\d+)\]?$")
+# Calls whose effect is global state rather than a value: a layer holding one stays inline.
+_GLOBAL_EFFECTS = ("_set_grad_enabled", "set_grad_enabled", "_enter_autocast", "_exit_autocast", "_record_function")
+
+
+@dataclass
+class Layer:
+    """One instance of a container item: its nodes in graph order, operands and results."""
+
+    path: str
+    container: str
+    kind: str
+    nodes: list[Node] = field(default_factory=list)
+    operands: list[Node] = field(default_factory=list)
+    results: list[Node] = field(default_factory=list)
+    key: str = ""
+
+
+def _instance_of(node: Node) -> tuple[str, str, str] | None:
+    """The outermost indexed module ``node`` belongs to: (path, container, class name)."""
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return None
+    for path, kind in stack.values():
+        match = _INDEXED.match(str(path))
+        if match:
+            return str(path), match.group("container"), getattr(kind, "__qualname__", str(kind))
+    return None
+
+
+def find_layers(gm: GraphModule) -> list[Layer]:
+    """Every indexed layer of ``gm``'s top level, with its nodes, operands, results and key."""
+    layers: dict[str, Layer] = {}
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method", "call_module"):
+            continue
+        found = _instance_of(node)
+        if found is None:
+            continue
+        path, container, kind = found
+        layers.setdefault(path, Layer(path, container, kind)).nodes.append(node)
+    usable = []
+    for layer in layers.values():
+        if _describe(layer):
+            usable.append(layer)
+    return usable
+
+
+def _describe(layer: Layer) -> bool:
+    """Fill the layer's operands, results and structural key; False if it cannot be outlined."""
+    members = set(layer.nodes)
+    if not _contiguous(layer, members):
+        return False
+    operands: dict[Node, int] = {}
+    local: dict[Node, int] = {}
+    parts: list[Any] = []
+
+    def canon(arg: Any) -> Any:
+        if isinstance(arg, Node):
+            if arg in members:
+                return ("n", local[arg])
+            if arg not in operands:
+                operands[arg] = len(operands)
+            return ("in", operands[arg])
+        if isinstance(arg, (list, tuple)):
+            return (type(arg).__name__, tuple(canon(a) for a in arg))
+        if isinstance(arg, dict):
+            return ("dict", tuple(sorted((str(k), canon(v)) for k, v in arg.items())))
+        if isinstance(arg, torch.Tensor):
+            return ("tensor", id(arg))  # a constant tensor: equal only to itself
+        return ("const", type(arg).__name__, repr(arg))
+
+    for position, node in enumerate(layer.nodes):
+        if not _outlinable(node, members):
+            return False
+        parts.append((node.op, _target_name(node.target), canon(node.args), canon(node.kwargs), _value_key(node)))
+        local[node] = position
+    layer.operands = list(operands)
+    layer.results = [node for node in layer.nodes if any(user not in members for user in node.users)]
+    if not layer.results:
+        return False
+    for value in (*layer.operands, *layer.results):
+        if not isinstance(value.meta.get("example_value", value.meta.get("val")), torch.Tensor):
+            return False
+    parts.append(("operands", tuple(_value_key(node) for node in layer.operands)))
+    parts.append(("results", tuple(local[node] for node in layer.results)))
+    layer.key = hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+    return True
+
+
+def _contiguous(layer: Layer, members: set[Node]) -> bool:
+    """Whether no node outside the layer both reads one of its values and feeds one of its nodes."""
+    order = list(layer.nodes[0].graph.nodes)
+    first, last = order.index(layer.nodes[0]), order.index(layer.nodes[-1])
+    downstream: set[Node] = set()
+    for node in order[first : last + 1]:
+        inputs = node.all_input_nodes
+        if node in members:
+            if any(value in downstream for value in inputs):
+                return False
+        elif any(value in members or value in downstream for value in inputs):
+            downstream.add(node)
+    return True
+
+
+def _outlinable(node: Node, members: set[Node]) -> bool:
+    if node.meta.get("recompute") is not None or node.op == "call_module":
+        return False
+    name = _target_name(node.target)
+    if any(effect in name for effect in _GLOBAL_EFFECTS):
+        return False
+    if _torch.is_higher_order(node.target) and name.endswith("invoke_subgraph"):
+        return False  # the user's own region: keep it as it is
+    in_place = _torch.mutates(node) or name.endswith("_") or name.startswith("operator.i")
+    if in_place and node.args and isinstance(node.args[0], Node) and node.args[0] not in members:
+        return False
+    return True
+
+
+def _target_name(target: Any) -> str:
+    if isinstance(target, str):
+        return target
+    module = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or str(target)
+    return f"{module}.{name}" if module else str(name)
+
+
+def _value_key(node: Node) -> Any:
+    value = node.meta.get("example_value", node.meta.get("val"))
+    if isinstance(value, torch.Tensor):
+        return ("t", tuple(value.shape), tuple(value.stride()), str(value.dtype), value.requires_grad, str(value.device))
+    if isinstance(value, (list, tuple)):
+        return tuple(_value_key_of(v) for v in value)
+    return _value_key_of(value)
+
+
+def _value_key_of(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return ("t", tuple(value.shape), tuple(value.stride()), str(value.dtype), value.requires_grad)
+    return type(value).__name__
+
+
+def _body(gm: GraphModule, layer: Layer) -> GraphModule:
+    """The layer as a graph of its own: operands in, results out as a tuple."""
+    graph = Graph()
+    env: dict[Node, Node] = {}
+    for index, operand in enumerate(layer.operands):
+        placeholder = graph.placeholder(f"operand_{index}")
+        placeholder.meta.update({k: v for k, v in operand.meta.items() if k in ("example_value", "val", "tensor_meta")})
+        env[operand] = placeholder
+    for node in layer.nodes:
+        env[node] = graph.node_copy(node, lambda value: env[value])
+    graph.output(tuple(env[node] for node in layer.results))
+    return GraphModule(gm, graph, class_name="Region")
+
+
+def outline(gm: GraphModule, layers: list[Layer], name: str, identifier: str, replaced: dict[Node, Node]) -> None:
+    """Replace each of ``layers`` (all with one key) by ``invoke_subgraph`` on one shared body.
+
+    ``replaced`` maps results of layers outlined before to the values that now stand for them;
+    this call adds its own.
+    """
+    setattr(gm, name, _body(gm, layers[0]))
+    hop = torch.ops.higher_order.invoke_subgraph
+    for layer in layers:
+        members = set(layer.nodes)
+        readers = _readers_inside(layer, members)
+        anchor = layer.nodes[-1]
+        operands = [replaced.get(operand, operand) for operand in layer.operands]
+        with gm.graph.inserting_before(anchor):
+            body = gm.graph.get_attr(name)
+            call = gm.graph.call_function(hop, (body, identifier, *operands))
+            call.meta["nn_module_stack"] = _outer_stack(layer.nodes[0], layer.path)
+            call.meta["stack_trace"] = layer.nodes[0].meta.get("stack_trace")
+            call.meta["example_value"] = tuple(node.meta.get("example_value", node.meta.get("val")) for node in layer.results)
+            values = []
+            for index, result in enumerate(layer.results):
+                value = gm.graph.call_function(operator.getitem, (call, index))
+                value.meta.update({k: v for k, v in result.meta.items() if k in _KEPT_META})
+                values.append(value)
+        for result, value in zip(layer.results, values):
+            result.replace_all_uses_with(value, delete_user_cb=lambda user: user not in members)
+            replaced[result] = value
+        position = values[-1]
+        for reader in readers:  # they read the results, so they now follow the call
+            position.append(reader)
+            position = reader
+        for node in reversed(layer.nodes):
+            gm.graph.erase_node(node)
+    gm.graph.lint()
+    gm.recompile()
+
+
+_KEPT_META = ("example_value", "nn_module_stack", "stack_trace")
+
+
+def _readers_inside(layer: Layer, members: set[Node]) -> list[Node]:
+    """Nodes between the layer's first and last node, not in it, that depend on it (in order)."""
+    order = list(layer.nodes[0].graph.nodes)
+    first, last = order.index(layer.nodes[0]), order.index(layer.nodes[-1])
+    readers: list[Node] = []
+    for node in order[first : last + 1]:
+        if node not in members and any(value in members or value in readers for value in node.all_input_nodes):
+            readers.append(node)
+    return readers
+
+
+def _outer_stack(node: Node, path: str) -> dict[str, Any]:
+    """``node``'s module stack down to the layer itself (the call is the layer)."""
+    kept: dict[str, Any] = {}
+    for key, entry in node.meta.get("nn_module_stack", {}).items():
+        kept[key] = entry
+        if entry[0] == path:
+            break
+    return kept
+
+
+@graph_pass("regions", requires={"captured"})
+def regions(program: Program, *, min_repeats: int = 2, min_nodes: int = 8) -> bool:
+    """Outline repeated layers (same code, shapes and dtypes) into shared ``invoke_subgraph`` bodies."""
+    if "functional" in program.facts or "main" not in program.graphs:
+        program.record_stat("regions", 0)
+        return False
+    gm = program.graphs["main"]
+    groups: dict[tuple[str, str], list[Layer]] = {}
+    for layer in find_layers(gm):
+        if len(layer.nodes) >= min_nodes:
+            groups.setdefault((layer.container, layer.key), []).append(layer)
+    found: dict[str, int] = {}
+    replaced: dict[Node, Node] = {}
+    spared = 0
+    for number, ((container, key), layers) in enumerate(sorted(groups.items(), key=lambda item: item[1][0].nodes[0].name)):
+        if len(layers) < min_repeats:
+            continue
+        name = f"passkit_region_{number}"
+        outline(gm, layers, name, f"passkit_region_{key}", replaced)
+        label = f"{_short(container)}.* ({layers[0].kind.rsplit('.', 1)[-1]}, {len(layers[0].nodes)} nodes)"
+        found[label] = len(layers)
+        spared += (len(layers) - 1) * len(layers[0].nodes)
+    program.record_stat("regions", len(found))
+    if found:
+        program.record_stat("repeats", found)
+        program.record_stat("spared_nodes", spared)
+    return bool(found)
+
+
+def _short(container: str) -> str:
+    return re.sub(r"^L\['self'\]\.?", "", container) or container
+
+
+@graph_pass("regions.partition", requires={"joint"})
+def partition_bodies(program: Program) -> bool:
+    """Split each region's joint body into forward and backward once (saves random draws)."""
+    if "joint" not in program.graphs:
+        return False
+    split = _torch.partition_region_bodies(program.graphs["joint"])
+    program.record_stat("bodies", split)
+    return split > 0
+
+
+@hookimpl
+def passkit_register_passes() -> list:
+    _torch.remember_region_schemas()  # outlined bodies are called many times; see the module
+    return [regions, partition_bodies]

@@ -1,0 +1,193 @@
+"""The ``regions`` pass: repeated layers found without annotation, outlined once, exact to eager."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+from torch import nn
+
+import passkit
+from passkit.examples import transformer
+
+# The fast pipeline with both steps added.
+OVERLAY = """
+[pipeline]
+name = "regions-python"
+extends = "training-python"
+
+[[steps]]
+pass = "regions"
+before = "functionalize"
+
+[[steps]]
+pass = "regions.partition"
+after = "joint"
+"""
+
+WITHOUT = """
+[pipeline]
+name = "no-regions"
+extends = "regions-python"
+disable = ["regions", "regions.partition"]
+"""
+
+# `training` with both steps (docs/regions.md says why it does not have them yet).
+TRAINING = """
+[pipeline]
+name = "training-regions"
+extends = "training"
+
+[[steps]]
+pass = "regions"
+before = "functionalize"
+
+[[steps]]
+pass = "regions.partition"
+before = "partition.min_cut"
+"""
+
+
+def _pipeline(tmp_path: Path, text: str = OVERLAY) -> str:
+    (tmp_path / "regions-python.toml").write_text(OVERLAY)
+    path = tmp_path / "pipeline.toml"
+    path.write_text(text.replace('extends = "regions-python"', 'extends = "regions-python.toml"'))
+    return str(path)
+
+
+class DropoutBlock(nn.Module):
+    """The acceptance block with dropout after attention and the MLP (p=0.1, as GPT-2's)."""
+
+    def __init__(self, dim: int = 32) -> None:
+        super().__init__()
+        self.block = transformer.Block(dim, 4)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.block(x))
+
+
+class Stack(nn.Module):
+    def __init__(self, layers: int, dim: int = 32) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(DropoutBlock(dim) for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class EncoderDecoder(nn.Module):
+    """Two layer kinds: torch's encoder and decoder layers (dropout 0.1), three of each."""
+
+    def __init__(self, dim: int = 32) -> None:
+        super().__init__()
+        self.model = nn.Transformer(dim, 4, 3, 3, dim_feedforward=64, batch_first=True)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        return self.model(src, tgt)
+
+
+class GPT2Logits(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        import transformers
+
+        config = transformers.GPT2Config(n_layer=3, n_head=4, n_embd=32, vocab_size=100, n_positions=32)
+        self.model = transformers.GPT2LMHeadModel(config).train()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model(ids).logits
+
+
+def _step(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    torch.manual_seed(1234)
+    out = model(*inputs)
+    (out * torch.linspace(0.5, 1.5, out.numel()).reshape(out.shape)).sum().backward()
+    return out.detach(), [p.grad for p in model.parameters() if p.grad is not None]
+
+
+def _compare(factory: Callable[[], nn.Module], inputs: list[torch.Tensor], pipeline: str) -> Any:
+    torch.manual_seed(0)
+    eager = factory()
+    twin = copy.deepcopy(eager)
+    compiled = passkit.compile(twin, pipeline=pipeline, cache="off")
+    out, grads = _step(compiled, inputs)
+    expected, expected_grads = _step(eager, inputs)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert len(grads) == len(expected_grads)
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-5)
+    return compiled.passkit_reports[0].records[0]
+
+
+@pytest.mark.slow
+def test_block_stack_with_dropout_is_exact_and_one_region_repeats(tmp_path: Path) -> None:
+    record = _compare(lambda: Stack(4), [torch.randn(2, 16, 32)], _pipeline(tmp_path))
+    assert record.id == "regions"
+    # The first layer reads an input that needs no grad, so it stays inline.
+    assert record.stats["regions"] == 1
+    assert record.stats["repeats"] == {"layers.* (DropoutBlock, 31 nodes)": 3}
+
+
+@pytest.mark.slow
+def test_encoder_decoder_outlines_both_layer_kinds_exactly(tmp_path: Path) -> None:
+    record = _compare(EncoderDecoder, [torch.randn(2, 8, 32), torch.randn(2, 6, 32)], _pipeline(tmp_path))
+    assert record.stats["regions"] == 2
+    assert sorted(record.stats["repeats"].values()) == [2, 2]
+
+
+@pytest.mark.slow
+def test_gpt2_is_exact_with_its_blocks_outlined(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    record = _compare(GPT2Logits, [torch.randint(0, 100, (2, 16))], _pipeline(tmp_path))
+    assert record.stats["regions"] == 1
+    assert list(record.stats["repeats"].values()) == [3]
+
+
+@pytest.mark.slow
+def test_training_with_regions_on_is_exact_with_inductor(tmp_path: Path) -> None:
+    record = _compare(lambda: transformer.TransformerStack(3, 32, 4), [torch.randn(2, 8, 32)], _pipeline(tmp_path, TRAINING))
+    assert record.id == "regions"
+    assert record.stats["repeats"] == {"blocks.* (Block, 30 nodes)": 2}
+    assert "regions=1, repeats={'blocks.* (Block, 30 nodes)': 2}, spared_nodes=30" in record.remarks()
+
+
+@pytest.mark.slow
+def test_a_pipeline_with_the_steps_disabled_still_trains_exactly(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = transformer.TransformerStack(2, 32, 4)
+    compiled = passkit.compile(copy.deepcopy(model), pipeline=_pipeline(tmp_path, WITHOUT), cache="off")
+    x = torch.randn(2, 8, 32)
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    statuses = {record.id: record.status for record in compiled.passkit_reports[0].records}
+    assert statuses["regions"] == statuses["regions.partition"] == "skipped"
+
+
+def test_a_layer_used_once_is_left_inline(tmp_path: Path) -> None:
+    model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8), nn.GELU(), nn.Linear(8, 8))
+    compiled = passkit.compile(model, pipeline=_pipeline(tmp_path), cache="off")
+    compiled(torch.randn(2, 8, requires_grad=True)).sum().backward()
+    record = compiled.passkit_reports[0].records[0]
+    assert record.stats == {"regions": 0}
+    assert record.changed is False
+
+
+def test_annotated_regions_are_kept_as_the_user_marked_them(tmp_path: Path) -> None:
+    @torch.compiler.nested_compile_region
+    def layer(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ w).sin()
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return layer(layer(x, w), w)
+
+    x, w = torch.randn(4, 6, requires_grad=True), torch.randn(6, 6, requires_grad=True)
+    compiled = passkit.compile(fn, pipeline=_pipeline(tmp_path), cache="off")
+    out = compiled(x, w)
+    out.sum().backward()
+    torch.testing.assert_close(out, fn(x, w))
+    assert compiled.passkit_reports[0].records[0].stats == {"regions": 0}
