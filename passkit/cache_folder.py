@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import sys
 import time
@@ -38,6 +39,8 @@ __all__ = [
 CACHE_ENV = "PASSKIT_CACHE_DIR"
 MAX_BYTES_ENV = "PASSKIT_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 2 * 1024**3
+
+log = logging.getLogger("passkit.cache")
 SUFFIX = ".entry"
 TEMP_SUFFIX = ".tmp"
 
@@ -92,8 +95,14 @@ def _entries(folder: Path) -> list[tuple[float, int, Path]]:
 
 def evict(folder: Path, keep: Path | None = None, limit: int | None = None) -> list[Path]:
     """Delete the least recently used entries until the rest fit in ``limit`` (default
-    ``max_bytes()``), never ``keep``; return the deleted paths."""
-    limit = max_bytes() if limit is None else limit
+    ``max_bytes()``, or 2 GiB with one warning when that is malformed), never ``keep``; return
+    the deleted paths."""
+    if limit is None:
+        try:
+            limit = max_bytes()
+        except ValueError as exc:
+            log.warning("passkit: %s; using the default, 2 GiB", exc)
+            limit = DEFAULT_MAX_BYTES
     entries = _entries(folder)
     total = sum(size for _, size, _ in entries)
     removed = []

@@ -59,9 +59,7 @@ def symbolic_inputs(values: Sequence[Any]) -> list[Any] | None:
                 return None
             symbolic = symbolic or any(isinstance(p, torch.SymInt)
                                        for p in (*value.shape, *value.stride(), value.storage_offset()))
-        elif isinstance(value, (torch.SymFloat, torch.SymBool)):
-            return None
-        elif isinstance(value, torch.SymInt):
+        elif isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             symbolic = True
     return list(values) if symbolic and len(modes) <= 1 else None
 
