@@ -10,6 +10,9 @@ instead of running the steps. The key (``cache_key``) covers everything that dec
   which steps or pattern applications run);
 - the captured graphs' code, the values of constants they hold, the input metadata (shape,
   stride, dtype, device, ``requires_grad``; symbolic sizes by name) and the signature;
+- a symbolic program's signature (``_torch.symbolic_signature``: its shape environment's guards
+  and its symbols' ranges); the entry also stores the guards after compiling, and a hit adds
+  them to the loading process's shape environment (or compiles, if one fails for its sizes);
 - what a step's ``cache_context`` names outside the program and options (``codegen.inductor``:
   a digest of Inductor's global config with the step's settings applied);
 - the torch, Python and passkit versions, and the device;
@@ -24,6 +27,8 @@ temporary file in the same folder and renamed over the target (``os.replace``), 
 never see half an entry and concurrent writers of one key both succeed. An entry that fails
 its checks (truncated, corrupted, unloadable) is deleted with one warning line and the program
 is compiled again.
+The folder's size limit and least-recently-used eviction (a hit counts as a use) are
+``passkit.cache_folder``'s. A hit's report carries its own load time (``Report.load_seconds``).
 
 Compiled callables are stored as follows (the hook point for code generators):
 

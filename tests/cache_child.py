@@ -135,11 +135,14 @@ def _case_gpt2(pipeline: str | None, training: bool):
         getattr(call, "passkit_reports", [])
 
 
-def _case_dynamic(pipeline: str | None, training: bool):
+def _case_dynamic(pipeline: str | None, training: bool, norm: str = "batch"):
     """Batch sizes 2, 3, 4 through one compiled module (``dynamic=None``): the second size
-    recompiles with a symbolic batch, which the third reuses; dropout and BatchNorm in it."""
+    recompiles with a symbolic batch, which the third reuses; dropout and BatchNorm (or
+    LayerNorm: BatchNorm's backward takes ``1 / batch`` as a symbolic float, and Inductor's FX
+    graph cache bypasses such graphs) in it."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Dropout(0.3), torch.nn.BatchNorm1d(8),
+    model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Dropout(0.3),
+                                torch.nn.BatchNorm1d(8) if norm == "batch" else torch.nn.LayerNorm(8),
                                 torch.nn.Linear(8, 3))
     if not training:
         model.eval()
@@ -192,13 +195,13 @@ def run_programs(pipelines: list[str]) -> dict:
 
 
 def dynamic_and_report() -> dict:
-    """Train the dynamic-batch module (batches 2, 3, 4) with ``CHILD_PIPELINE``: each report's
+    """Train the dynamic-batch module (batches 2, 3, 4; LayerNorm) with ``CHILD_PIPELINE``: each report's
     cache mark and table, the passes that ran, Inductor's FX cache counts and the values."""
     runs: list[str] = []
     original = Pass.run
     Pass.run = lambda self, *args, **keywords: runs.append(self.name) or original(self, *args, **keywords)
     try:
-        found, reports = _case_dynamic(os.environ.get("CHILD_PIPELINE", "training"), True)
+        found, reports = _case_dynamic(os.environ.get("CHILD_PIPELINE", "training"), True, norm="layer")
     finally:
         Pass.run = original
     return {

@@ -18,9 +18,12 @@ that produced it (the stored backward input strides depend on the forward Induct
 
 The graph is stored as data (``_torch.graph_data``: each node's name, target by name and
 arguments), not pickled: unpickling a graph module retraces its code, which renames nodes and
-turns factory calls into constants, and Inductor's cache keys on the code. A graph is left
-uncached (the program then compiles every time) when an input size is symbolic, when it calls
-something that cannot be found again by name, or when it does not rebuild to the same code.
+turns factory calls into constants, and Inductor's cache keys on the code. A graph whose input
+sizes are symbolic keeps its inputs as the fake values themselves (``symbolic``): the compile
+cache pickles them with their shape environment, so the reloaded inputs carry the same symbols
+and hints and Inductor's FX graph cache finds the symbolic code it generated. A graph is left
+uncached (the program then compiles every time) when it calls something that cannot be found
+again by name, or when it does not rebuild to the same code.
 """
 
 from __future__ import annotations
