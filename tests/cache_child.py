@@ -140,6 +140,9 @@ def _case_dynamic(pipeline: str | None, training: bool, norm: str = "batch"):
     recompiles with a symbolic batch, which the third reuses; dropout and BatchNorm (or
     LayerNorm: BatchNorm's backward takes ``1 / batch`` as a symbolic float, and Inductor's FX
     graph cache bypasses such graphs) in it."""
+    # Dynamo remembers which sizes changed per code object (Sequential.forward), across compiles:
+    # forget it, so that each pipeline starts static and goes symbolic at the second size.
+    torch._dynamo.reset()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Dropout(0.3),
                                 torch.nn.BatchNorm1d(8) if norm == "batch" else torch.nn.LayerNorm(8),
