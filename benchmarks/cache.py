@@ -36,7 +36,7 @@ folders its cold run filled); the contenders' order alternates round by round. F
 process: ``loop``, the wall time of the six training steps (compiles or cache loads included),
 and ``process``, the whole process from start to exit. Medians are quoted, with passkit/inductor
 ratios. Target: passkit's warm ``loop`` <= Inductor's (exit status 1 otherwise). Warm losses
-must equal cold ones exactly, per contender.
+must equal cold ones exactly, per contender. Figures: docs/cache.md.
 
 Run: ``python benchmarks/cache.py [--rounds 3] [--pipeline training] [--model default|small]``
 or ``python benchmarks/cache.py --loop mistral [--rounds 3] [--pipeline training]``.
