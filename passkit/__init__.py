@@ -2,7 +2,8 @@
 
 Users call ``compile``, ``backend``, ``aot_function``, ``aot_module`` and ``load_pipeline``, or mount
 a pipeline file in stock ``torch.compile`` with ``inductor_options``;
-plugin authors use ``graph_pass``, ``hookimpl``, ``Program``, ``Fact`` and ``StepContext``. The torch-heavy entry points
+plugin authors use ``graph_pass``, ``hookimpl``, ``Program``, ``Fact``, ``StepContext`` and
+``progress`` (events for progress callbacks, a long pass's heartbeat phrase). The torch-heavy entry points
 import lazily so that ``import passkit`` (and the CLI) start fast.
 """
 
@@ -15,6 +16,7 @@ from passkit.facts import Fact
 from passkit.hookspecs import Application, StepContext, hookimpl
 from passkit.pass_api import Pass, graph_pass
 from passkit.program import Program
+from passkit import progress
 
 __version__ = "0.1.0"
 
@@ -39,6 +41,7 @@ __all__ = [
     "inductor_options",
     "load_pipeline",
     "patterns",
+    "progress",
     "reports",
     "__version__",
 ]

@@ -9,7 +9,11 @@ user's call) and the uncompiled callable; the reasons are kept in the result's
 
 Progress: ``progress=`` takes a callable that receives each step's ``StepRecord`` as the step
 finishes; without one, each step is logged at INFO level on the ``passkit`` logger
-(``logging.basicConfig(level=logging.INFO)`` shows them). Compiled programs go through the
+(``logging.basicConfig(level=logging.INFO)`` shows them). A frame Dynamo starts tracing for
+passkit says so (``tracing``); each graph Dynamo hands over opens with a
+``compiling``/``recompiling`` line (``passkit.recompiles``); and a step running over a
+second gets ``started`` and heartbeat lines (``passkit.progress``): they are logged too, or a
+callback with an ``event`` method receives them as ``ProgressEvent``\ s. Compiled programs go through the
 on-disk compile cache (``passkit.cache``) unless ``cache = "off"``.
 """
 
@@ -28,6 +32,8 @@ from passkit.compile_options import apply_mode, record_report, split_options, wa
 from passkit.errors import PasskitError
 from passkit.graph_attributes import lift_attributes
 from passkit.program import Program
+from passkit.progress import ProgressEvent, log_event, send
+from passkit.recompiles import CompileAnnouncer
 from passkit.report import Report, StepRecord
 from passkit.runtime import CompiledProgram
 from passkit.saved_limit import SavedLedger, limited_steps
@@ -48,7 +54,8 @@ log = logging.getLogger("passkit")
 
 
 def _log_progress(total: int) -> Progress:
-    """The default progress: one INFO line per finished step, numbered like the report table."""
+    """The default progress: one INFO line per finished step, numbered like the report table,
+    and one per progress event (``passkit.progress``)."""
 
     def report(record: StepRecord) -> None:
         if record.status == "skipped":
@@ -59,6 +66,7 @@ def _log_progress(total: int) -> Progress:
                 "changed" if record.changed else "unchanged", record.seconds * 1000, record.nodes_before, record.nodes_after,
             )
 
+    report.event = log_event  # type: ignore[attr-defined]  # long steps' started and heartbeat lines too
     return report
 
 
@@ -202,6 +210,7 @@ class PasskitBackend:
     """
 
     def __init__(self, pipeline: Any = DEFAULT_PIPELINE, progress: Progress | None = None, **settings: Any) -> None:
+        _torch.on_dynamo_frame_start(_announce_tracing)
         self._pipeline_arg = pipeline
         self._settings = settings
         self._pipeline: Any = None
@@ -211,6 +220,7 @@ class PasskitBackend:
         self._variants: dict[Any, Any] = {}
         self.fallbacks: list[str] = []
         self.saved_ledger = SavedLedger()  # max_saved across this model's graphs
+        self.announcer = CompileAnnouncer()  # what each recompile of a frame changed
 
     @property
     def pipeline(self) -> Any:
@@ -241,10 +251,12 @@ class PasskitBackend:
         options: dict[str, Any] | None = None,
     ) -> Callable[..., Any]:
         warn_at_recompile_limit()
+        _torch.on_dynamo_frame_start(_announce_tracing)  # again: torch._dynamo.reset() drops it
         try:
             pipeline = self.pipeline_for(mode, options)
         except Exception as exc:  # noqa: BLE001 - a bad pipeline or option is passkit's one-line error
             return _raise_when_called(exc)
+        self._announce(gm, example_inputs)
         fallback = _Fallback(pipeline, self.fallbacks)
         try:
             if limited_steps(pipeline):
@@ -257,6 +269,15 @@ class PasskitBackend:
                 return fallback.handle(exc, gm.forward)
             except Exception as final:  # noqa: BLE001
                 return _raise_when_called(final)
+
+    def _announce(self, gm: GraphModule, example_inputs: Sequence[Any]) -> None:
+        """Say which graph is about to be captured, and for a recompile what changed."""
+        try:
+            event = self.announcer.event(gm, example_inputs, len(self.reports) + 1)
+        except Exception as exc:  # noqa: BLE001 - a progress line must never cost the compile
+            log.debug("passkit: cannot describe the graph being compiled: %s", exc)
+            return
+        send(self.progress, event)
 
     def _compile_graph(self, gm: GraphModule, inputs: Sequence[Any], pipeline: Any) -> tuple[Callable[..., Any], Report]:
         # An optimizer's parameters and state reach the graph as attributes; as inputs, their
@@ -273,6 +294,15 @@ class PasskitBackend:
         self.programs.append(program)
         compiled = compile_program(program, inputs, pipeline, reports=self.reports, progress=self.progress)
         return lifted.bind(with_subclasses(compiled, program)), self.reports[-1]
+
+
+def _announce_tracing(backend: Any, where: str, compile_id: str) -> None:
+    """Dynamo started tracing a frame: for a passkit backend, say so before the seconds it takes."""
+    if backend is dynamo_backend:  # torch.compile(backend="passkit")
+        backend = _default_backend()
+    if isinstance(backend, PasskitBackend):
+        frame = f" (Dynamo frame {compile_id})" if compile_id else ""
+        send(backend.progress, ProgressEvent(kind="tracing", text=f"Dynamo is tracing {where}{frame}"))
 
 
 def backend(pipeline: Any = DEFAULT_PIPELINE, **settings: Any) -> PasskitBackend:
@@ -315,7 +345,9 @@ def compile(
     ``passkit_reports``: one ``Report`` per graph Dynamo captured, and
     ``passkit_fallbacks``: the reason of each compile that fell back to eager
     (``on_error = "eager"``). ``progress`` receives each step's ``StepRecord`` as it finishes
-    (default: INFO lines on the ``passkit`` logger); ``settings`` override the pipeline's.
+    (default: INFO lines on the ``passkit`` logger), and its ``event`` method, if it has one,
+    each ``passkit.progress.ProgressEvent`` (a graph compiling or recompiling, a long step
+    started, a heartbeat); ``settings`` override the pipeline's.
     """
     compiled_backend = PasskitBackend(pipeline, progress=progress, **settings)
     compiled_backend.pipeline  # validate the file now, not at the first call  # noqa: B018

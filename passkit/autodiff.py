@@ -17,10 +17,9 @@ from torch.fx import GraphModule, Node
 
 from passkit import _torch
 from passkit.differentiable_forms import DIFFERENTIABLE_FORMS
-from passkit.errors import PasskitError
 from passkit.program import Program
 
-__all__ = ["JointPlan", "WHILE_LOOP_GRAD_ERROR", "make_joint_fn", "refuse_undifferentiable"]
+__all__ = ["JointPlan", "make_joint_fn"]
 
 
 class _CopyInto(torch.autograd.Function):
@@ -120,23 +119,6 @@ class JointPlan:
             self.tangent_examples = [torch.empty_like(outs[k]) for k in self.diff_outputs]
 
 
-WHILE_LOOP_GRAD_ERROR = (
-    "passkit cannot differentiate while_loop yet (its backward has a data-dependent size); "
-    'call it under torch.no_grad(), or compile it with backend="aot_eager"'
-)
-
-
-def refuse_undifferentiable(gm: GraphModule) -> None:
-    """One line for the higher-order ops whose backward passkit cannot trace yet.
-
-    ``while_loop``'s autograd rule saves every iteration's carries, stacked to a length the
-    loop finds at run time: a data-dependent (unbacked) size, which passkit's static shapes have
-    no place for (torch's own AOT Autograd traces it).
-    """
-    if _torch.calls_higher_order(gm, "while_loop", "while_loop_stack_output"):
-        raise PasskitError(WHILE_LOOP_GRAD_ERROR)
-
-
 def make_joint_fn(plan: JointPlan) -> Any:
     """``f(*primals, *tangents) -> (*main outputs, *grads of inputs that require grad)``."""
     n_primals = len(plan.io.inputs)
@@ -144,7 +126,8 @@ def make_joint_fn(plan: JointPlan) -> Any:
     def joint_fn(*flat: Any) -> tuple[Any, ...]:
         primals, tangents = flat[:n_primals], flat[n_primals:]
         interpreter = _LeafInterpreter(plan.main, plan.leaf_nodes)
-        with _torch.subgraph_grads_by_running(plan.main):
+        traceable = _torch.loop_backwards_traceable(plan.main, primals)
+        with _torch.subgraph_grads_by_running(plan.main), traceable:
             with torch.enable_grad():
                 outs = interpreter.run(*primals)
             wrt = [primals[i] for i in plan.grad_inputs] + [leaf for _, leaf in interpreter.leaves]

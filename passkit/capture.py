@@ -214,13 +214,27 @@ def program_from_function(
     # jacrev); such programs are captured post-dispatch, where the transforms are inlined.
     # Nor can they follow ``torch.autograd.grad`` called inside the function (a saved value
     # comes back as a frozen fake constant); post-dispatch traces follow it.
-    try:
+    def pre_dispatch_program() -> Program | None:
         gm = _torch.trace_graph(flat_fn, fakes(), pre_dispatch=True)
-        if not _torch.uses_functorch(gm) and not _torch.holds_fake_constants(gm):
-            flat = flatten_subclasses(gm, real_inputs, kinds)
-            if flat is not None:  # the tape saw the subclass values: the stage decides the flags
-                return program_from_flat_graph(flat, gm)
-            return _with_traced_requires_grad(program_from_graph(gm, real_inputs, kinds=kinds), tape)
+        if _torch.uses_functorch(gm) or _torch.holds_fake_constants(gm):
+            return None
+        flat = flatten_subclasses(gm, real_inputs, kinds)
+        if flat is not None:  # the tape saw the subclass values: the stage decides the flags
+            return program_from_flat_graph(flat, gm)
+        return _with_traced_requires_grad(program_from_graph(gm, real_inputs, kinds=kinds), tape)
+
+    try:
+        try:
+            program = pre_dispatch_program()
+        except Exception as exc:
+            if not _torch.asks_for_shape_env(exc):
+                raise
+            # A while_loop: its fake rule needs a ShapeEnv. Pre-dispatch, above autograd, the
+            # graph keeps the loop whole for ``joint`` (below, autograd rewrites it).
+            shape_env = True
+            program = pre_dispatch_program()
+        if program is not None:
+            return program
     except PasskitError:
         raise
     except Exception:  # noqa: BLE001 - the post-dispatch trace below raises the real error
@@ -230,7 +244,7 @@ def program_from_function(
     except Exception as exc:
         if not _torch.asks_for_shape_env(exc):
             raise
-        shape_env = True  # a while_loop: its fake rule needs one (and graphs with it can't keep no_grad blocks)
+        shape_env = True  # a while_loop: its fake rule needs one
         gm = _torch.trace_graph(flat_fn, fakes(), pre_dispatch=False)
     if _torch.holds_fake_constants(gm):
         raise PasskitError(LOST_VALUE_ERROR)

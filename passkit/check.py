@@ -3,14 +3,20 @@
 The step is a training step (forward, a loss, backward) when the pipeline can train and the
 model has parameters that require grad; otherwise it is an inference step under ``no_grad``.
 Outputs, gradients and buffers are compared with an eager copy of the same model, within the
-pipeline's ``rtol``/``atol`` loosened by the declared tolerance of its enabled passes
-(``compare.tolerance_for``). A compile that fell back to eager (``on_error = "eager"``) is
+pipeline's ``rtol``/``atol`` loosened by the tolerance declared by the steps that ran on any
+graph (``compare.tolerance_for``, the rule ``verify`` and ``bisect`` use). A compile that fell back to eager (``on_error = "eager"``) is
 recorded in ``fallbacks`` rather than warned about: the caller reports it.
+
+The result carries the run's ``Verdict`` (``passkit.report``): ok or mismatch (or fell back), the
+max |diff| of each output, gradient and buffer, the tolerance and the exit code. It is attached
+to every report (so ``Report.table()`` ends with it) and written into the HTML report; a step
+that fails writes a "step failed" verdict there before its error propagates.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 import os
 import sys
@@ -22,8 +28,8 @@ import torch
 
 from passkit._torch import pytree
 from passkit.compare import compare_values, tolerance_for
-from passkit.errors import PasskitError
-from passkit.report import Report, StepRecord
+from passkit.errors import EXIT_FELL_BACK, EXIT_MISMATCH, EXIT_OK, PasskitError, exit_code_for
+from passkit.report import Report, StepRecord, ValueDiff, Verdict
 
 __all__ = ["CheckResult", "run_check", "load_factory", "build_model", "DEFAULT_MODEL"]
 
@@ -44,6 +50,7 @@ class CheckResult:
     fallbacks: list[str] = field(default_factory=list)
     rtol: float = 0.0
     atol: float = 0.0
+    verdict: Verdict | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +65,7 @@ class CheckResult:
             "fallbacks": self.fallbacks,
             "rtol": self.rtol,
             "atol": self.atol,
+            "verdict": None if self.verdict is None else self.verdict.to_json(),
             "reports": [r.to_json() for r in self.reports],
         }
 
@@ -126,36 +134,73 @@ def run_check(
     with torch.set_grad_enabled(training), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="passkit: compiling failed", category=RuntimeWarning)
         expected = eager_model(*eager_inputs)
-        actual = compiled(*compiled_inputs)
+        try:
+            actual = compiled(*compiled_inputs)
+            if training:
+                _loss(actual).backward()
+        except PasskitError as exc:
+            _write_html_verdict(resolved, Verdict("step failed", exit_code_for(exc), detail=str(exc).splitlines()[0]))
+            raise
         if training:
             _loss(expected).backward()
-            _loss(actual).backward()
     mismatches: list[str] = []
-    rtol, atol = tolerance_for(resolved.settings, (step.pass_ for step in resolved.steps if step.enabled))
+    values: list[ValueDiff] = []
+    reports = list(compiled.passkit_reports)
+    ran = {record.position for report in reports for record in report.records if record.status == "ran"}
+    rtol, atol = tolerance = tolerance_for(resolved.settings, (step for step in resolved.steps if step.position in ran))
 
-    def compared(expected_values: list[Any], actual_values: list[Any], label: str) -> float:
-        comparison = compare_values(expected_values, actual_values, label, rtol=rtol, atol=atol)
+    def compared(expected_values: list[Any], actual_values: list[Any], label: str, names: list[str]) -> float:
+        comparison = compare_values(expected_values, actual_values, label, tolerance, names=names)
         mismatches.extend(str(m) for m in comparison.mismatches)
+        bad = {m.index for m in comparison.mismatches}
+        values.extend(ValueDiff(f"{label}[{name}]", diff, name not in bad) for name, diff in zip(names, comparison.diffs))
         return comparison.max_diff
 
     flat = pytree.tree_leaves
-    outputs_diff = compared(flat(expected), flat(actual), "output")
+    expected_leaves, actual_leaves = flat(expected), flat(actual)
+    outputs_diff = compared(expected_leaves, actual_leaves, "output", [str(i) for i in range(len(expected_leaves))])
     grads_diff = None
     if training:
-        grads_diff = compared([p.grad for p in eager_model.parameters()], [p.grad for p in compiled_model.parameters()], "grad")
-    buffers = list(eager_model.buffers())
-    buffers_diff = compared(buffers, list(compiled_model.buffers()), "buffer") if buffers else None
+        named = list(eager_model.named_parameters())
+        grads_diff = compared([p.grad for _, p in named], [p.grad for p in compiled_model.parameters()], "grad", [n for n, _ in named])
+    buffers = list(eager_model.named_buffers())
+    buffers_diff = None
+    if buffers:
+        buffers_diff = compared([b for _, b in buffers], list(compiled_model.buffers()), "buffer", [n for n, _ in buffers])
+    fallbacks = list(getattr(compiled, "passkit_fallbacks", []))
+    verdict = _verdict(mismatches, fallbacks, values, tolerance)
+    # Copies: the compiled model's own reports (perhaps the compile cache's) stay as compiled.
+    reports = [dataclasses.replace(report, verdict=verdict) for report in reports]
+    _write_html_verdict(resolved, verdict)
     return CheckResult(
         pipeline=str(resolved.source or resolved.name),
         model=spec,
         training=training,
-        reports=list(compiled.passkit_reports),
+        reports=reports,
         outputs_max_diff=outputs_diff,
         grads_max_diff=grads_diff,
         buffers_max_diff=buffers_diff,
         ok=not mismatches,
         mismatches=mismatches,
-        fallbacks=list(getattr(compiled, "passkit_fallbacks", [])),
+        fallbacks=fallbacks,
         rtol=rtol,
         atol=atol,
+        verdict=verdict,
     )
+
+
+def _verdict(mismatches: list[str], fallbacks: list[str], values: list[ValueDiff], tolerance: Any) -> Verdict:
+    rtol, atol = tolerance
+    if fallbacks:
+        return Verdict("fell back to eager", EXIT_FELL_BACK, rtol, atol, values, f"the compile failed: {fallbacks[0]}")
+    if mismatches:
+        return Verdict("mismatch", EXIT_MISMATCH, rtol, atol, values, f"first mismatch: {mismatches[0]}")
+    return Verdict("ok", EXIT_OK, rtol, atol, values)
+
+
+def _write_html_verdict(pipeline: Any, verdict: Verdict) -> None:
+    """Put the verdict at the top of the HTML report, when the run writes one."""
+    if pipeline.settings.report:
+        from passkit.instruments.html_report import write_verdict
+
+        write_verdict(pipeline.settings.report, verdict)

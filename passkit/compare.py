@@ -1,29 +1,51 @@
-"""Own the one numerics comparator: does a list of values equal what eager computed?
+"""Own the one tolerance rule: do a list of values agree with what eager (or capture) computed?
 
-``verify = "numerics"``, ``passkit run`` and the pytest plugin all compare through
-``compare_values``. Structure counts as much as numbers: a missing value, a ``None`` where a
+``verify = "numerics"``, ``passkit run``, ``passkit bisect``, ``passkit repro`` and the pytest
+plugin all compare through ``compare_values``, with the tolerance ``tolerance_for`` gives. Structure counts as much as numbers: a missing value, a ``None`` where a
 tensor was expected, a different count, shape or dtype is a mismatch, never "nothing to
 compare". Floating tensors are compared with ``allclose`` (NaN equals NaN); other tensors and
 non-tensor values must be equal.
 
-The tolerance is the pipeline's ``[settings] rtol``/``atol``, loosened by the declared
-``tolerance`` of any pass that ran (``tolerance_for``): an approximation by design is not a bug.
-Each pair is then held to no more precision than its dtype carries (``dtype_tolerance``):
-torch.testing's defaults for bfloat16 and float16, and half precision's for float32 computed on
-a GPU where TF32 matmuls or convolutions are allowed. Settings looser than that floor win.
+The tolerance (``tolerance_for``) is the pipeline's ``[settings] rtol``/``atol``, loosened,
+rtol and atol each on its own, to the loosest tolerance declared by a step that ran: a pass's
+``tolerance`` (a pair, or a function of the step's options: ``rewrite`` declares the loosest of
+the pattern sets it applies). An approximation by design is not a bug. Each pair is then held to
+no more precision than its dtype carries (``dtype_tolerance``): torch.testing's defaults for
+bfloat16 and float16, and half precision's for float32 computed on a GPU where TF32 matmuls or
+convolutions are allowed. Whatever is looser wins. A value agrees when
+``|actual - expected| <= atol + rtol * |expected|`` everywhere (``torch.allclose``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import torch
 
-__all__ = ["RTOL", "ATOL", "Comparison", "Mismatch", "compare_values", "dtype_tolerance", "tolerance_for"]
+__all__ = [
+    "RTOL", "ATOL", "DEFAULT_TOLERANCE", "Comparison", "Mismatch", "Tolerance", "compare_values", "dtype_tolerance",
+    "loosest", "tolerance_for",
+]
 
 RTOL = 1e-4
 ATOL = 1e-5
+
+
+class Tolerance(NamedTuple):
+    """``(rtol, atol)``; prints as verdict lines show it: ``rtol 0.001, atol 0.0001``."""
+
+    rtol: float
+    atol: float
+
+    def __str__(self) -> str:
+        return f"rtol {self.rtol:g}, atol {self.atol:g}"
+
+    def to_json(self) -> dict[str, float]:
+        return {"rtol": self.rtol, "atol": self.atol}
+
+
+DEFAULT_TOLERANCE = Tolerance(RTOL, ATOL)
 
 # torch.testing.assert_close's defaults: the precision each dtype can hold.
 _DTYPE_TOLERANCE = {
@@ -51,11 +73,13 @@ def _tf32_allowed() -> bool:
 
 @dataclass(frozen=True)
 class Mismatch:
-    """One difference: where (``label[index]``, or the whole ``label`` for a count) and why."""
+    """One difference: where (``label[index]``, or the whole ``label`` for a count), why, and
+    the tolerance it was held to (the dtype's floor included)."""
 
     label: str
-    index: int | None
+    index: int | str | None  # a position, or a name (``grad[fc.weight]``)
     why: str
+    tolerance: Tolerance = DEFAULT_TOLERANCE
 
     @property
     def where(self) -> str:
@@ -67,10 +91,12 @@ class Mismatch:
 
 @dataclass
 class Comparison:
-    """The largest absolute difference over paired tensors, and every mismatch."""
+    """The largest absolute difference over paired tensors, each pair's, and every mismatch."""
 
     max_diff: float = 0.0
     mismatches: list[Mismatch] = field(default_factory=list)
+    tolerance: Tolerance = DEFAULT_TOLERANCE
+    diffs: list[float] = field(default_factory=list)  # max |diff| of each pair, in order
 
     @property
     def ok(self) -> bool:
@@ -83,54 +109,69 @@ def _describe(value: Any) -> str:
     return "None" if value is None else type(value).__name__
 
 
-def _pair(expected: Any, actual: Any, rtol: float, atol: float) -> tuple[float, str | None]:
-    """(max |diff|, why they differ or None) for one pair of values."""
+def _pair(expected: Any, actual: Any, tolerance: Tolerance) -> tuple[float, str | None, Tolerance]:
+    """(max |diff|, why they differ or None, the tolerance held to) for one pair of values."""
     if not isinstance(expected, torch.Tensor) or not isinstance(actual, torch.Tensor):
         if isinstance(expected, torch.Tensor) or isinstance(actual, torch.Tensor):
-            return float("inf"), f"{_describe(expected)} vs {_describe(actual)}"
-        return (0.0, None) if expected == actual else (float("inf"), f"{expected!r} vs {actual!r}")
+            return float("inf"), f"{_describe(expected)} vs {_describe(actual)}", tolerance
+        return (0.0, None, tolerance) if expected == actual else (float("inf"), f"{expected!r} vs {actual!r}", tolerance)
     if expected.shape != actual.shape or expected.dtype != actual.dtype:
-        return float("inf"), f"{_describe(expected)} vs {_describe(actual)}"
+        return float("inf"), f"{_describe(expected)} vs {_describe(actual)}", tolerance
     expected, actual = expected.detach(), actual.detach()
     if not (expected.is_floating_point() or expected.is_complex()):
         equal = bool(torch.equal(expected, actual))
-        return (0.0 if equal else float("inf")), None if equal else "values differ"
+        return (0.0 if equal else float("inf")), None if equal else "values differ", tolerance
     if expected.is_complex():
         expected, actual = torch.view_as_real(expected), torch.view_as_real(actual)
-    floor_rtol, floor_atol = dtype_tolerance(expected)
-    rtol, atol = max(rtol, floor_rtol), max(atol, floor_atol)
+    held = Tolerance(*loosest((tolerance, dtype_tolerance(expected))))
     e, a = expected.double(), actual.double()
     both_nan = torch.isnan(e) & torch.isnan(a)
     gap = (e - a).abs().masked_fill(both_nan, 0.0)
     diff = float(gap.max()) if gap.numel() else 0.0
-    if torch.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True):
-        return diff, None
-    return diff, f"max |diff| {diff:.3g}"
+    if torch.allclose(a, e, rtol=held.rtol, atol=held.atol, equal_nan=True):
+        return diff, None, held
+    return diff, f"max |diff| {diff:.3g}", held
 
 
 def compare_values(
-    expected: Sequence[Any], actual: Sequence[Any], label: str, *, rtol: float = RTOL, atol: float = ATOL
+    expected: Sequence[Any], actual: Sequence[Any], label: str, tolerance: tuple[float, float] = DEFAULT_TOLERANCE,
+    *, names: Sequence[str] | None = None,
 ) -> Comparison:
-    """Compare ``actual`` with ``expected`` value by value; mismatches name ``label[i]``."""
-    result = Comparison()
+    """Compare ``actual`` with ``expected`` value by value within ``tolerance`` (``tolerance_for``
+    gives a pipeline's); mismatches name ``label[i]``, or ``label[name]`` given ``names``."""
+    tolerance = Tolerance(float(tolerance[0]), float(tolerance[1]))
+    result = Comparison(tolerance=tolerance)
     if len(expected) != len(actual):
-        result.mismatches.append(Mismatch(label, None, f"{len(expected)} values expected, {len(actual)} found"))
+        result.mismatches.append(Mismatch(label, None, f"{len(expected)} values expected, {len(actual)} found", tolerance))
         result.max_diff = float("inf")
     for i, (e, a) in enumerate(zip(expected, actual)):
-        diff, why = _pair(e, a, rtol, atol)
+        diff, why, held = _pair(e, a, tolerance)
         result.max_diff = max(result.max_diff, diff)
+        result.diffs.append(diff)
         if why is not None:
-            result.mismatches.append(Mismatch(label, i, why))
+            result.mismatches.append(Mismatch(label, names[i] if names is not None else i, why, held))
     return result
 
 
-def tolerance_for(settings: Any, passes: Iterable[Any] = ()) -> tuple[float, float]:
-    """``(rtol, atol)``: the settings' values (default ``RTOL``/``ATOL``), loosened to each
-    pass's declared ``tolerance`` where that is larger."""
-    rtol = float(getattr(settings, "rtol", RTOL))
-    atol = float(getattr(settings, "atol", ATOL))
-    for pass_ in passes:
-        declared = getattr(pass_, "tolerance", None)
-        if declared is not None:
-            rtol, atol = max(rtol, declared[0]), max(atol, declared[1])
-    return rtol, atol
+def loosest(tolerances: Iterable[tuple[float, float] | None]) -> tuple[float, float] | None:
+    """The largest rtol and the largest atol of some ``(rtol, atol)`` pairs (None entries are
+    ignored); None when none is given."""
+    given = [t for t in tolerances if t is not None]
+    if not given:
+        return None
+    return Tolerance(max(float(t[0]) for t in given), max(float(t[1]) for t in given))
+
+
+def tolerance_for(settings: Any, steps: Iterable[Any] = ()) -> Tolerance:
+    """The tolerance a pipeline's results are held to: the settings' ``rtol``/``atol`` (default
+    ``RTOL``/``ATOL``), loosened to the loosest tolerance that ``steps`` (those that ran) declare.
+
+    Each of ``steps`` is a pipeline step (its pass declares for its options:
+    ``Pass.declared_tolerance``) or a bare pass (declaring for its default options)."""
+    base = Tolerance(float(getattr(settings, "rtol", RTOL)), float(getattr(settings, "atol", ATOL)))
+    declared = []
+    for step in steps:
+        pass_ = getattr(step, "pass_", step)
+        declare = getattr(pass_, "declared_tolerance", None)
+        declared.append(declare(getattr(step, "options", None)) if declare is not None else None)
+    return Tolerance(*loosest([base, *declared]))

@@ -1,18 +1,34 @@
 """Own every error type that passkit raises to users.
 
-Each error renders as one line. The CLI prints that line without a traceback and exits 2
-(``PASSKIT_DEBUG=1`` shows the traceback). Messages are part of the contract: tests pin them.
+Each error renders as one line. The CLI prints that line without a traceback and exits with
+the status of its outcome (``EXIT_*``: 2 for bad input, 4 for a step that failed, 1 for a step
+that changed numerics; ``PASSKIT_DEBUG=1`` shows the traceback). Messages are part of the contract: tests pin them.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "EXIT_OK",
+    "EXIT_MISMATCH",
+    "EXIT_USAGE",
+    "EXIT_FELL_BACK",
+    "EXIT_STEP_FAILED",
+    "NUMERICS_MARKER",
+    "exit_code_for",
+    "exit_code_for_kind",
     "PasskitError",
     "PipelineError",
     "PluginError",
     "PassError",
     "VerificationError",
 ]
+
+# The exit status of every outcome (README's table); ``passkit.cli.run.exit_code_for`` maps errors.
+EXIT_OK = 0  # the results agree with eager's (or the file is valid, every step is good, ...)
+EXIT_MISMATCH = 1  # the results differ: at the end, at a ``verify = "numerics"`` step, in a bisection
+EXIT_USAGE = 2  # bad input: a file, an option, an argument, a model factory
+EXIT_FELL_BACK = 3  # the compile failed and fell back to eager (``on_error = "eager"``)
+EXIT_STEP_FAILED = 4  # a step failed: its pass raised, or broke a fact
 
 
 class PasskitError(Exception):
@@ -38,3 +54,25 @@ class PassError(PasskitError, RuntimeError):
 
 class VerificationError(PasskitError):
     """A step broke an established fact, or its graphs deviate numerically from the capture."""
+
+
+NUMERICS_MARKER = " changed numerics: "  # in a VerificationError's message: results, not a fact
+
+
+def exit_code_for_kind(kind: str | None) -> int:
+    """The exit status for a failure kind (``passkit.debug.repro.failure_kind``: bisect's blame,
+    repro's replay): ``numerics`` differ (1), a ``crash`` or a broken ``fact`` is a failed step
+    (4), ``contract`` (a needed fact is missing) is bad input (2), None is ok (0)."""
+    if kind is None:
+        return EXIT_OK
+    return {"numerics": EXIT_MISMATCH, "contract": EXIT_USAGE}.get(kind, EXIT_STEP_FAILED)
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The exit status for an error: a step that changed numerics is results that differ, a step
+    that raised or broke a fact is a failed step, anything else passkit raises is bad input."""
+    if isinstance(exc, VerificationError):
+        return EXIT_MISMATCH if NUMERICS_MARKER in str(exc) else EXIT_STEP_FAILED
+    if isinstance(exc, PassError):
+        return EXIT_STEP_FAILED
+    return EXIT_USAGE

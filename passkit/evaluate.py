@@ -14,9 +14,10 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from passkit._torch import concrete, subgraph_grads_by_running
-from passkit.autodiff import JointPlan, make_joint_fn, refuse_undifferentiable
-from passkit.compare import ATOL, RTOL, compare_values
+from passkit._torch import concrete, loop_backwards_on_real_tensors, subgraph_grads_by_running
+from passkit.autodiff import JointPlan, make_joint_fn
+from passkit.compare import DEFAULT_TOLERANCE, compare_values
+from passkit.subclass_autodiff import SubclassJoint
 from passkit.program import Program
 
 __all__ = ["Observation", "Reference", "observe"]
@@ -61,7 +62,7 @@ def observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
     Random ops draw from a fixed seed, so every stage draws the same numbers; the caller's RNG
     state is restored afterwards, so verification never changes what the user's program draws.
     """
-    with fixed_seed(0):
+    with fixed_seed(0), loop_backwards_on_real_tensors(program.graphs.values()):
         return _observe(program, real_inputs)
 
 
@@ -91,6 +92,9 @@ def _observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
     if "joint" in graphs:
         return _observe_joint(program, clones, leaves)
     io = program.io("main")
+    source = program.notes.get("subclasses")
+    if source is not None and program.training:
+        return _observe_subclass_main(program, clones, source)
     if not any(d.kind == "mutation" for d in io.outputs) and "functional" not in program.facts:
         return _observe_eager(program, clones, leaves)
     if not program.training:
@@ -106,6 +110,23 @@ def _observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
     results = make_joint_fn(plan)(*clones, *tangents)
     n_out = len(io.outputs)
     return _finish(program, io.outputs, list(results[:n_out]), clones, _grads(program, plan.grad_inputs, results[n_out:]))
+
+
+def _observe_subclass_main(program: Program, clones: list[Any], source: Any) -> Observation:
+    """Main's outputs, and gradients taken at the subclass level, as ``joint`` takes them.
+
+    Differentiating the flat main would miss what the subclass decides a gradient is (a
+    ``DTensor``'s backward runs its own collectives).
+    """
+    io = program.io("main")
+    plan = SubclassJoint(program, source)
+    primals = [c.detach() if isinstance(c, torch.Tensor) else c for c in clones]
+    with torch.no_grad(), torch.random.fork_rng(devices=_initialised_cuda()):
+        outs = list(program.graphs["main"](*primals))
+    tangents = _tangents_for(program, io.outputs, plan.diff_outputs, outs)
+    results = plan(*primals, *tangents)
+    n_out = len(results) - len(plan.grad_inputs)
+    return _finish(program, io.outputs, outs, primals, _grads(program, plan.grad_inputs, results[n_out:]))
 
 
 def _observe_eager(program: Program, clones: list[Any], leaves: list[Any]) -> Observation:
@@ -206,22 +227,19 @@ class Reference:
 
     def __init__(self, program: Program, real_inputs: Sequence[Any]) -> None:
         self.real_inputs = [x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) and x.is_leaf else x for x in real_inputs]
-        if program.training:  # the captured graph's own backward may be what cannot run
-            for gm in program.graphs.values():
-                refuse_undifferentiable(gm)
         self.expected = observe(program, self.real_inputs)
 
-    def compare(self, program: Program, *, rtol: float = RTOL, atol: float = ATOL) -> str | None:
-        """None when the program's current graphs agree with capture (within ``rtol``/``atol``);
-        else where they deviate."""
+    def compare(self, program: Program, tolerance: tuple[float, float] = DEFAULT_TOLERANCE) -> str | None:
+        """None when the program's current graphs agree with capture within ``tolerance``
+        (``passkit.compare.tolerance_for``); else where they deviate and the tolerance held to."""
         actual = observe(program, self.real_inputs)
         for label, expected, got in (
             ("output", self.expected.outputs, actual.outputs),
             ("input", self.expected.inputs, actual.inputs),
             ("grad", self.expected.grads, actual.grads),
         ):
-            comparison = compare_values(expected, got, label, rtol=rtol, atol=atol)
+            comparison = compare_values(expected, got, label, tolerance)
             if not comparison.ok:
                 first = comparison.mismatches[0]
-                return f"{first.why} in {first.where} of graph {_source_graph(program, label)}"
+                return f"{first.why} in {first.where} of graph {_source_graph(program, label)} ({first.tolerance})"
         return None

@@ -9,7 +9,8 @@ receive; it gains fields, never loses them.
 Wrappers of ``passkit_run_step`` run in a fixed order. The built-in instruments are plain
 wrappers registered in this order, innermost first: ``timing`` (times the pass alone),
 ``dumps``, ``verify`` (so a dump of a failing step exists before verification raises),
-``repro`` (so verification failures get a reproducer too). A plugin's plain wrapper,
+``repro`` (so verification failures get a reproducer too), ``progress`` (the running step's
+``started`` and heartbeat lines time the whole step). A plugin's plain wrapper,
 registered later, wraps all of them; ``tryfirst=True`` makes it the
 outermost of all, ``trylast=True`` the innermost (inside ``timing``).
 """
@@ -77,6 +78,8 @@ class StepContext:
     ``verify = "numerics"`` compares against (None otherwise). ``known_facts`` are the
     registered facts, by name. ``hook`` is the plugin manager's hook relay, through which a
     pass asks ``should_apply`` before each rewrite it makes; ``applications`` counts the asks.
+    ``progress`` is the run's progress callback (None: log), to which instruments send
+    ``passkit.progress.ProgressEvent``\ s through ``passkit.progress.send``.
     """
 
     step: Step
@@ -89,6 +92,7 @@ class StepContext:
     graph_hash_before: str = ""
     hook: Any = None
     applications: int = 0
+    progress: Any = None
 
     def should_apply(
         self, *, kind: str, name: str, group: str, graph: str, nodes: tuple[str, ...], source: str = ""

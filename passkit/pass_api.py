@@ -7,8 +7,9 @@ pass gives ``options=SomeModel``. The fingerprint (name, version, a hash of the 
 pass's module and the version of the distribution that ships it) feeds the compile cache key, so
 editing a plugin invalidates its entries and pass authors never write a ``uuid()``;
 ``passkit_source_digest`` fingerprints passkit's own files for the same key. A pass that
-is approximate by design (a tanh GELU) declares ``tolerance=(rtol, atol)``: numerics checks of
-a pipeline that runs it accept that much difference.
+is approximate by design (a tanh GELU) declares ``tolerance=(rtol, atol)``, or a function of its
+options returning one (``rewrite``: the loosest of the pattern sets it applies): numerics checks
+of a pipeline that runs it accept that much difference.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class Pass:
     training_only: bool = False
     version: str = "1"
     doc: str = ""
-    tolerance: tuple[float, float] | None = None  # (rtol, atol) this pass's results may differ by
+    # (rtol, atol) this pass's results may differ by, or ``f(options) -> (rtol, atol) | None``.
+    tolerance: tuple[float, float] | Callable[[Any], tuple[float, float] | None] | None = None
     takes_context: bool = False  # the function has a keyword-only ``context`` (the StepContext)
     # State outside the program and the options that decides the output (a code generator's
     # global config): ``cache_context(options) -> str`` joins the compile cache key.
@@ -65,6 +67,14 @@ class Pass:
     def summary(self) -> str:
         """First line of the docstring: what ``passkit passes`` shows."""
         return self.doc.strip().splitlines()[0] if self.doc.strip() else ""
+
+    def declared_tolerance(self, options: pydantic.BaseModel | None = None) -> tuple[float, float] | None:
+        """The ``(rtol, atol)`` this pass declares when run with ``options`` (default options when
+        None), or None when it keeps eager's numerics."""
+        if not callable(self.tolerance):
+            return self.tolerance
+        declared = self.tolerance(options if options is not None else self.options())
+        return None if declared is None else _checked_tolerance(self.name, declared)
 
     def options(self, *, registry: Registry | None = None, **values: Any) -> pydantic.BaseModel:
         """Validate option values against this pass's model.
@@ -93,7 +103,8 @@ class Pass:
         calls; the distribution version catches changes elsewhere in an installed plugin.
         """
         module = getattr(self.fn, "__module__", None) or ""
-        parts = [self.name, self.version, repr(self.tolerance), _source_digest(self.fn), _distribution_version(module)]
+        tolerance = getattr(self.tolerance, "__qualname__", None) if callable(self.tolerance) else repr(self.tolerance)
+        parts = [self.name, self.version, str(tolerance), _source_digest(self.fn), _distribution_version(module)]
         digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
         return f"{self.name}@{self.version}:{digest[:16]}"
 
@@ -113,6 +124,17 @@ class Pass:
 
     def __repr__(self) -> str:
         return f"<Pass {self.name}>"
+
+
+def _checked_tolerance(name: str, tolerance: Any) -> tuple[float, float]:
+    """``tolerance`` as a pair of floats; ValueError unless it is ``(rtol, atol)``, both >= 0."""
+    try:
+        rtol, atol = (float(value) for value in tolerance)
+    except (TypeError, ValueError):
+        rtol = atol = -1.0
+    if min(rtol, atol) < 0:
+        raise ValueError(f"pass {name!r}: tolerance must be (rtol, atol), both >= 0, not {tolerance!r}")
+    return (rtol, atol)
 
 
 def _source_digest(fn: Callable[..., Any]) -> str:
@@ -242,7 +264,7 @@ def graph_pass(
     options: type[pydantic.BaseModel] | None = None,
     training_only: bool = False,
     version: str = "1",
-    tolerance: tuple[float, float] | None = None,
+    tolerance: tuple[float, float] | Callable[[Any], tuple[float, float] | None] | None = None,
     cache_context: Callable[[Any], str] | None = None,
 ) -> Callable[[Callable[..., Any]], Pass]:
     """Declare a pass. Its keyword-only parameters become its options.
@@ -256,14 +278,15 @@ def graph_pass(
 
     ``tolerance=(rtol, atol)`` declares how far the pass's results may be from eager's (an
     approximation by design); numerics checks of a pipeline that runs it use at least that.
+    ``tolerance=f`` declares it per step: ``f(options)`` returns a pair, or None for none.
     ``cache_context(options) -> str`` names state outside the program and options that changes
     the pass's output (``codegen.inductor``: Inductor's global config); the compile cache key
     includes it, read at each compile.
     """
     if not PASS_NAME_RE.match(name):
         raise ValueError(f"invalid pass name {name!r}: use lowercase dotted words such as 'acme.fold_neg'")
-    if tolerance is not None and (len(tolerance) != 2 or min(tolerance) < 0):
-        raise ValueError(f"pass {name!r}: tolerance must be (rtol, atol), both >= 0, not {tolerance!r}")
+    if tolerance is not None and not callable(tolerance):
+        tolerance = _checked_tolerance(name, tolerance)
 
     def decorate(fn: Callable[..., Any]) -> Pass:
         if options is not None:
@@ -280,7 +303,7 @@ def graph_pass(
             training_only=training_only,
             version=version,
             doc=textwrap.dedent(fn.__doc__ or ""),
-            tolerance=None if tolerance is None else (float(tolerance[0]), float(tolerance[1])),
+            tolerance=tolerance,
             takes_context=_takes_context(fn),
             cache_context=cache_context,
         )

@@ -57,6 +57,7 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("dumps", "passkit.instruments.dumps"),
     ("verify", "passkit.instruments.verify"),
     ("repro", "passkit.instruments.repro"),
+    ("progress", "passkit.instruments.progress"),
     ("html_report", "passkit.instruments.html_report"),
     ("structured_trace", "passkit.instruments.structured_trace"),
     ("shipped_pipelines", "passkit.passes.shipped_pipelines"),

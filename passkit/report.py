@@ -2,7 +2,10 @@
 
 The runner fills a record for every step, skipped ones included, so a report always has one row
 per step of the plan. ``Report.table()`` is what ``passkit run`` prints; ``Report.to_json()`` is
-plain data for scripts. Records hold no torch objects, so reports outlive the program they
+plain data for scripts. A run that was compared with eager (``passkit run``,
+``passkit.check.run_check``) attaches its ``Verdict``: ok or mismatch (or fell back, or a step
+failed), the max |diff| of every output, gradient and buffer, the tolerance, and the exit code;
+the table ends with it. Records hold no torch objects, so reports outlive the program they
 describe and serialise as they are.
 """
 
@@ -12,7 +15,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["StepRecord", "Report", "format_bytes", "format_stats", "format_row", "summary_line", "TABLE_HEADERS"]
+__all__ = ["StepRecord", "Report", "Verdict", "ValueDiff", "format_bytes", "format_stats", "format_row", "summary_line", "TABLE_HEADERS"]
 
 TABLE_HEADERS = ("#", "step", "pass", "changed", "time", "nodes", "notes")
 
@@ -59,6 +62,62 @@ class StepRecord:
         return ", ".join(parts)
 
 
+@dataclass(frozen=True)
+class ValueDiff:
+    """One compared value (``output[0]``, ``grad[fc.weight]``): its max |diff| and whether it agrees."""
+
+    label: str
+    max_diff: float
+    ok: bool = True
+
+
+@dataclass
+class Verdict:
+    """How the run compared with eager, as ``passkit run`` concludes it."""
+
+    outcome: Literal["ok", "mismatch", "fell back to eager", "step failed"]
+    exit_code: int
+    rtol: float | None = None
+    atol: float | None = None
+    values: list[ValueDiff] = field(default_factory=list)
+    detail: str = ""  # the first mismatch, or why the compile fell back or the step failed
+
+    @property
+    def tolerance(self) -> str:
+        """``rtol 0.001, atol 0.0001`` (empty when nothing was compared)."""
+        return "" if self.rtol is None or self.atol is None else f"rtol {self.rtol:g}, atol {self.atol:g}"
+
+    def headline(self) -> str:
+        """``verdict: MISMATCH vs eager (rtol 0.001, atol 0.0001), exit code 1``."""
+        outcome = self.outcome if self.outcome == "ok" else self.outcome.upper()
+        versus = " vs eager" if self.outcome in ("ok", "mismatch") else ""
+        within = f" ({self.tolerance})" if self.tolerance else ""
+        return f"verdict: {outcome}{versus}{within}, exit code {self.exit_code}"
+
+    def lines(self) -> list[str]:
+        """The headline, one row per compared value (max |diff|, flagged when it disagrees), the detail."""
+        body = [self.headline()]
+        width = max((len(v.label) for v in self.values), default=0)
+        for value in self.values:
+            flag = "" if value.ok else "  MISMATCH"
+            body.append(f"  {value.label.ljust(width)}  max |diff| {format_diff(value.max_diff)}{flag}")
+        if self.detail:
+            body.append(f"  {self.detail}")
+        return body
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome, "exit_code": self.exit_code, "rtol": self.rtol, "atol": self.atol,
+            "values": [{"label": v.label, "max_diff": _plain(v.max_diff), "ok": v.ok} for v in self.values],
+            "detail": self.detail,
+        }
+
+
+def format_diff(value: float) -> str:
+    """A max |diff| as verdicts show it: ``3.1e-04``."""
+    return f"{float(value):.1e}"
+
+
 @dataclass
 class Report:
     """Every step's record for one program run through one pipeline."""
@@ -68,6 +127,7 @@ class Report:
     seconds: float = 0.0
     graph: str = ""
     cache: str = ""  # "hit" when the compiled program was loaded from the compile cache
+    verdict: Verdict | None = None  # the comparison with eager, when the run was compared
     load_seconds: float = 0.0  # a hit: the time this process took to load it (no step ran)
 
     @property
@@ -95,6 +155,8 @@ class Report:
         body = [title, line(headers), line(tuple("-" * w for w in widths))]
         body.extend(line(row) for row in rows)
         body.append(summary_line(self))
+        if self.verdict is not None:
+            body.extend(self.verdict.lines())
         return "\n".join(body)
 
     def to_json(self) -> dict[str, Any]:
@@ -105,8 +167,9 @@ class Report:
             data["number"] = record.position + 1  # 1-based, as in the table and dump names
             data["stats"] = {str(k): _plain(v) for k, v in record.stats.items()}
             steps.append(data)
+        verdict = None if self.verdict is None else self.verdict.to_json()
         return {"pipeline": self.pipeline, "graph": self.graph, "seconds": self.seconds, "cache": self.cache,
-                "load_seconds": self.load_seconds, "steps": steps}
+                "load_seconds": self.load_seconds, "steps": steps, "verdict": verdict}
 
 
 def summary_line(report: Report) -> str:

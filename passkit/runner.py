@@ -42,6 +42,8 @@ def run_pipeline(
     """Run every step of ``pipeline`` over ``program`` (in place) and return the report.
 
     ``pm`` supplies the hooks; ``registry`` the facts that steps establish and break.
+    ``progress`` gets each step's record as it finishes; instruments send it events through
+    ``context.progress`` (``passkit.progress``).
 
     Raises:
         PipelineError: a step needs a fact the program lacks.
@@ -63,6 +65,7 @@ def run_pipeline(
             reference=reference,
             known_facts=registry.facts,
             hook=pm.hook,
+            progress=progress,
         )
         reason = fact_rules.skip_reason(enabled=step.enabled, when=step.when, pass_=step.pass_, training=program.training)
         if not reason and pm.hook.passkit_should_run_step(context=context) is False:

@@ -8,10 +8,12 @@ Fixtures:
   ``passkit.compile`` and pipeline files see its passes; it is unregistered afterwards.
 
 Assertions: ``assert_pass_preserves_numerics(pass_, program, **options)`` runs a pass on a
-program and fails, naming the largest difference, if the program now computes something else.
-``assert_pattern_matches(patterns, fn, *inputs, times=None)`` traces ``fn``, applies a pattern,
-a ``PatternSet`` or a registered set name, and fails if it matched nothing (saying why, per
-candidate node), matched another number of ``times``, or changed numerics.
+program and fails, naming the largest difference and the tolerance, if the program now computes
+something else. ``assert_pattern_matches(patterns, fn, *inputs, times=None)`` traces ``fn``,
+applies a pattern, a ``PatternSet`` or a registered set name, and fails if it matched nothing
+(saying why, per candidate node), matched another number of ``times``, or changed numerics. Both
+hold results to the rule ``passkit run`` uses (``passkit.compare``): the default ``rtol``/``atol``
+loosened to what the pass (for its options) or the pattern sets declare.
 """
 
 from __future__ import annotations
@@ -104,21 +106,31 @@ def assert_pass_preserves_numerics(pass_: Any, program: Any, **options: Any) -> 
     before = program.graph_hash()
     # As the runner does per step: afterwards ``program.stats`` holds only this pass's figures.
     program.stats.clear()
-    _apply(pass_, program, registry, options)
-    deviation = reference.compare(program)
+    validated = _apply(pass_, program, registry, options)
+    deviation = reference.compare(program, _tolerance([pass_.declared_tolerance(validated)]))
     if deviation is not None:
         pytest.fail(f"pass {pass_.name} changed numerics: {deviation}", pytrace=False)
     return program.graph_hash() != before
 
 
-def _apply(pass_: Any, program: Any, registry: Any, options: dict[str, Any]) -> None:
+def _apply(pass_: Any, program: Any, registry: Any, options: dict[str, Any]) -> Any:
     """Run one pass as the runner would: options validated against the registry, facts updated
-    by ``passkit.facts.after``."""
+    by ``passkit.facts.after``; returns the validated options."""
     from passkit.facts import after
 
     before = program.graph_hash()
-    pass_.run(program, pass_.options(registry=registry, **options))
+    validated = pass_.options(registry=registry, **options)
+    pass_.run(program, validated)
     program.facts = after(program.facts, pass_, graphs_changed=program.graph_hash() != before, table=registry.facts)
+    return validated
+
+
+def _tolerance(declared: Sequence[Any]) -> Any:
+    """``passkit.compare.tolerance_for``'s rule without a pipeline: the default ``rtol``/``atol``
+    loosened to the loosest of the ``declared`` ``(rtol, atol)`` pairs (None: none declared)."""
+    from passkit.compare import DEFAULT_TOLERANCE, Tolerance, loosest
+
+    return Tolerance(*loosest([DEFAULT_TOLERANCE, *declared]))
 
 
 def assert_pattern_matches(
@@ -170,7 +182,7 @@ def assert_pattern_matches(
         )
     if not numerics:
         return applied, program
-    deviation = reference.compare(program)
+    deviation = reference.compare(program, _tolerance([getattr(item, "tolerance", None) for item in items]))
     if deviation is not None:
         pytest.fail(f"patterns changed numerics: {deviation}", pytrace=False)
     return applied

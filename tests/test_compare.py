@@ -21,7 +21,7 @@ def test_settings_looser_than_the_dtype_floor_still_win() -> None:
     expected = torch.tensor([1.0]).bfloat16()
     actual = torch.tensor([1.5]).bfloat16()
     assert not compare_values([expected], [actual], "out").ok
-    assert compare_values([expected], [actual], "out", rtol=0.5).ok
+    assert compare_values([expected], [actual], "out", (0.5, 1e-5)).ok
 
 
 def test_float32_on_a_gpu_with_tf32_is_held_to_half_precision() -> None:
@@ -40,3 +40,73 @@ def test_float32_on_a_gpu_with_tf32_is_held_to_half_precision() -> None:
     finally:
         torch.backends.cuda.matmul.allow_tf32 = matmul
     assert dtype_tolerance(torch.empty(3)) == (0.0, 0.0)
+
+
+def test_the_tolerance_is_the_loosest_declared_by_the_steps_each_for_its_options() -> None:
+    import types
+
+    from passkit.compare import Tolerance, tolerance_for
+    from passkit.pass_api import graph_pass
+
+    def declared(options) -> tuple[float, float] | None:
+        return (1e-2, 1e-6) if options.approximate else None
+
+    @graph_pass("t.maybe_approximate", tolerance=declared)
+    def maybe(program, *, approximate: bool = False) -> bool:
+        return False
+
+    @graph_pass("t.fixed", tolerance=(1e-3, 1e-3))
+    def fixed(program) -> bool:
+        return False
+
+    settings = types.SimpleNamespace(rtol=1e-4, atol=1e-5)
+
+    def step(pass_, **options):
+        return types.SimpleNamespace(pass_=pass_, options=pass_.options(**options))
+
+    assert tolerance_for(settings, [step(maybe)]) == Tolerance(1e-4, 1e-5)
+    assert tolerance_for(settings, [step(maybe, approximate=True)]) == Tolerance(1e-2, 1e-5)
+    # rtol and atol loosen each on its own: the loosest of each.
+    both = tolerance_for(settings, [step(maybe, approximate=True), step(fixed)])
+    assert (both, str(both)) == (Tolerance(1e-2, 1e-3), "rtol 0.01, atol 0.001")
+    assert str(tolerance_for(types.SimpleNamespace(rtol=0.5, atol=0.25), [step(fixed)])) == "rtol 0.5, atol 0.25"
+
+
+def test_a_rewrite_step_declares_the_loosest_tolerance_of_its_pattern_sets() -> None:
+    import planted_gelu
+    from passkit.plugins import make_plugin_manager
+    from passkit.registry import build_registry
+
+    pm = make_plugin_manager(load_entry_points=False)
+    pm.register(planted_gelu, name="planted_gelu")
+    registry = build_registry(pm)
+    rewrite = registry.get_pass("rewrite")
+    assert rewrite.declared_tolerance(rewrite.options(registry=registry, patterns=["noops"])) is None
+    options = rewrite.options(registry=registry, patterns=["noops", "planted_gelu"])
+    assert rewrite.declared_tolerance(options) == (5e-2, 1e-2)
+
+
+def test_a_pattern_set_refuses_a_tolerance_that_is_not_rtol_atol() -> None:
+    import pytest
+
+    from passkit.patterns import PatternSet
+
+    with pytest.raises(ValueError) as info:
+        PatternSet("bad", (), tolerance=(1e-3,))
+    assert str(info.value) == "pattern set 'bad': tolerance must be (rtol, atol), both >= 0, not (0.001,)"
+    assert (PatternSet("a", (), tolerance=(1e-3, 0)) + PatternSet("b", (), tolerance=(0, 1e-2))).tolerance == (1e-3, 1e-2)
+
+
+def test_the_pytest_plugin_holds_a_pass_to_its_declared_tolerance(make_program) -> None:
+    import pytest
+
+    import planted_gelu
+    from passkit.testing import assert_pass_preserves_numerics
+
+    torch.manual_seed(0)
+    x = torch.randn(64) * 4
+    assert assert_pass_preserves_numerics(planted_gelu.gelu_tanh_loose, make_program(torch.nn.functional.gelu, x)) is True
+    with pytest.raises(pytest.fail.Exception) as info:
+        assert_pass_preserves_numerics(planted_gelu.gelu_tanh, make_program(torch.nn.functional.gelu, x))
+    assert str(info.value).startswith("pass planted.gelu_tanh changed numerics: max |diff| ")
+    assert str(info.value).endswith(" in output[0] of graph main (rtol 0.001, atol 0.0001)")

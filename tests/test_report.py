@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from passkit.report import Report, StepRecord, format_bytes, format_stats
+from passkit.report import Report, StepRecord, ValueDiff, Verdict, format_bytes, format_stats
 
 
 def _report() -> Report:
@@ -73,3 +73,34 @@ def test_format_bytes_picks_a_readable_unit() -> None:
 def test_format_stats_pairs_counts_with_their_sizes() -> None:
     stats = {"saved": 3, "saved_bytes": 12288, "workspace_bytes": 2048, "ratio": 0.123456, "ops": ["a", "b"]}
     assert format_stats(stats) == "saved=3 (12.0 KiB), workspace=2.0 KiB, ratio=0.123, ops=[a, b]"
+
+
+def test_table_ends_with_the_runs_verdict_per_output_and_gradient() -> None:
+    report = _report()
+    report.verdict = Verdict(
+        "mismatch", 1, 1e-3, 1e-4,
+        [ValueDiff("output[0]", 3.1e-4, ok=False), ValueDiff("grad[fc.weight]", 2.5e-5)],
+        "first mismatch: output[0]: max |diff| 0.000311",
+    )
+    assert report.table().splitlines()[-5:] == [
+        "3 of 4 steps ran, 2 changed the graphs, 12.5 ms in total",
+        "verdict: MISMATCH vs eager (rtol 0.001, atol 0.0001), exit code 1",
+        "  output[0]        max |diff| 3.1e-04  MISMATCH",
+        "  grad[fc.weight]  max |diff| 2.5e-05",
+        "  first mismatch: output[0]: max |diff| 0.000311",
+    ]
+    assert json.loads(json.dumps(report.to_json()))["verdict"] == {
+        "outcome": "mismatch", "exit_code": 1, "rtol": 1e-3, "atol": 1e-4,
+        "values": [{"label": "output[0]", "max_diff": 3.1e-4, "ok": False},
+                   {"label": "grad[fc.weight]", "max_diff": 2.5e-5, "ok": True}],
+        "detail": "first mismatch: output[0]: max |diff| 0.000311",
+    }
+
+
+def test_a_verdict_without_a_comparison_names_the_outcome_and_exit_code() -> None:
+    verdict = Verdict("step failed", 4, detail="t.toml: steps[0] (x) failed: RuntimeError: boom (first step)")
+    assert verdict.lines() == [
+        "verdict: STEP FAILED, exit code 4",
+        "  t.toml: steps[0] (x) failed: RuntimeError: boom (first step)",
+    ]
+    assert Verdict("ok", 0, 1e-4, 1e-5).lines() == ["verdict: ok vs eager (rtol 0.0001, atol 1e-05), exit code 0"]

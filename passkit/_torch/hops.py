@@ -26,17 +26,38 @@ __all__ = [
     "asks_for_shape_env",
     "called_subgraphs",
     "calls_higher_order",
+    "call_keeping_whole",
     "forward_hop",
     "fresh_subgraph_caches",
     "graph_and_subgraphs",
     "is_higher_order",
+    "loop_backwards_on_real_tensors",
+    "loop_backwards_traceable",
     "needs_shape_env",
     "subgraph_grads_by_running",
     "subgraphs",
+    "subgraphs_traced_in",
 ]
 
 # Higher-order ops whose fake rule draws fresh (unbacked) symbols, so it asserts a ShapeEnv.
 _NEEDS_SHAPE_ENV = ("while_loop", "while_loop_stack_output")
+
+
+# Higher-order ops whose autograd rule traces them as another op (``while_loop`` as
+# ``while_loop_stack_output``, which keeps every iteration for the backward).
+_AUTOGRAD_RULE_REWRITES = ("while_loop",)
+
+
+def call_keeping_whole(target: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    """Call an FX target in a trace that records a forward only (``functionalize``, ``decompose``).
+
+    A higher-order op whose autograd rule would rewrite it runs below autograd, so the graph
+    keeps the op the user wrote and ``joint`` differentiates it; other targets run as they are.
+    """
+    if isinstance(target, HigherOrderOperator) and target.__name__ in _AUTOGRAD_RULE_REWRITES:
+        with torch._C._AutoDispatchBelowAutograd():
+            return target(*args, **kwargs)
+    return target(*args, **kwargs)
 
 
 def is_higher_order(target: Any) -> bool:
@@ -150,6 +171,42 @@ def fresh_subgraph_caches() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def subgraphs_traced_in(fake_mode: Any) -> Iterator[None]:
+    """The fake mode (or ``None``: real tensors) in which a higher-order op's autograd rule
+    traces the subgraphs it builds (``while_loop``'s backward body, through ``detect_fake_mode``).
+
+    Dynamo's tracing context, active while a backend compiles, names Dynamo's fake mode, and
+    torch prefers it to the tensors' own: the backward would be traced against Dynamo's shape
+    environment, which lacks the sizes passkit's trace drew (``KeyError: u2``), or traced on
+    real tensors as if they were fake (``_local_scalar_dense`` of a tracing tensor).
+    """
+    from torch._guards import TracingContext
+
+    context = TracingContext.try_get()
+    if context is None or context.fake_mode is fake_mode:
+        yield
+        return
+    prior = context.fake_mode
+    context.fake_mode = fake_mode
+    try:
+        yield
+    finally:
+        context.fake_mode = prior
+
+
+def loop_backwards_on_real_tensors(graphs: Any) -> contextlib.AbstractContextManager[None]:
+    """Around running ``graphs`` under autograd on real tensors while a backend compiles.
+
+    ``while_loop``'s backward then traces its body in a fake mode of its own only where torch
+    finds none (``subgraphs_traced_in(None)``); ``invoke_subgraph``'s backward needs Dynamo's,
+    so graphs without a loop keep it.
+    """
+    if any(calls_higher_order(gm, "while_loop") for gm in graphs):
+        return subgraphs_traced_in(None)
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
 def subgraph_grads_by_running(gm: GraphModule) -> Iterator[None]:
     """While differentiating ``gm``, ``invoke_subgraph`` finds out which of its subgraph's
     outputs need grad by running the subgraph, not from the outputs' recorded values.
@@ -175,6 +232,26 @@ def subgraph_grads_by_running(gm: GraphModule) -> Iterator[None]:
     finally:
         for value, val in hidden:
             value.meta["val"] = val
+
+
+@contextlib.contextmanager
+def loop_backwards_traceable(gm: GraphModule, values: Any) -> Iterator[None]:
+    """While differentiating ``gm`` on fake ``values``, ``while_loop``'s backward may read its
+    iteration index as a number (``.item()``, to select that iteration's saved carries).
+
+    Dynamo's fake mode refuses scalar outputs unless ``capture_scalar_outputs`` is set, so with
+    ``dynamic=True`` torch's own AOT fails there; the number lives inside the backward's body
+    only, so passkit allows it for this trace.
+    """
+    fake_mode = next((v.fake_mode for v in pytree.tree_leaves(values) if hasattr(v, "fake_mode")), None)
+    if fake_mode is None or getattr(fake_mode, "allow_scalar_outputs", True) or not calls_higher_order(gm, "while_loop"):
+        yield
+        return
+    fake_mode.allow_scalar_outputs = True
+    try:
+        yield
+    finally:
+        fake_mode.allow_scalar_outputs = False
 
 
 def calls_higher_order(gm: GraphModule, *names: str) -> bool:

@@ -172,14 +172,16 @@ def kernels_compiled_together(*, bundle: bool = True, device_type: str = "cpu") 
         from torch._inductor import metrics
 
         generated = metrics.generated_kernel_count
-        builds = KernelBuilds()
+        builds = KernelBuilds(generated_before=generated)
         yield builds
         builds.triton_kernels = metrics.generated_kernel_count - generated
         return
     block = _Block(KernelBundler(_compile_workers()) if bundle else None)
     originals = _hook_async_compile()
     outer, _this_thread.block = getattr(_this_thread, "block", None), block
-    builds = KernelBuilds()
+    from torch._inductor import metrics
+
+    builds = KernelBuilds(generated_before=metrics.generated_kernel_count)
     try:
         yield builds
     finally:
@@ -260,6 +262,14 @@ class KernelBuilds:
     kernels: int = 0
     libraries: int = 0
     triton_kernels: int = 0  # off the CPU: the kernels Inductor generated (none on an FX-cache hit)
+    generated_before: int = dataclasses.field(default=0, repr=False)
+
+    def generated_so_far(self) -> int:
+        """The kernels Inductor has generated (C++ or Triton) since the block began; safe to read
+        from another thread while the block runs (a progress heartbeat)."""
+        from torch._inductor import metrics
+
+        return max(0, metrics.generated_kernel_count - self.generated_before)
 
 
 def _compile_workers() -> int:

@@ -27,6 +27,7 @@ __all__ = [
     "full_table",
     "has_own_autograd_formula",
     "has_symbolic_sizes",
+    "is_collective",
     "is_core_aten",
     "is_symbolic",
     "mkldnn_disabled",
@@ -119,6 +120,16 @@ def is_core_aten(op: Any) -> bool:
     return op.namespace == "prims" or torch.Tag.core in op.tags
 
 
+# Functional collectives: communication, which no decomposition table lowers (DTensor's backward
+# issues them inside ``joint``).
+_COLLECTIVE_NAMESPACES = frozenset({"_c10d_functional", "c10d_functional", "_c10d_functional_autograd"})
+
+
+def is_collective(op: Any) -> bool:
+    """A functional collective (``_c10d_functional.all_reduce``, ``wait_tensor``)."""
+    return op.namespace in _COLLECTIVE_NAMESPACES
+
+
 # -- partition.min_cut: symbolic size hints and real tensors next to fake ones -------------------
 
 # What torch's partitioner assumes for a size with no hint (an unbacked symbol).
@@ -134,6 +145,9 @@ def size_hint(value: Any) -> int:
     if hint is not None:
         return int(hint)
     shape_env = getattr(node, "shape_env", None)
+    if shape_env is not None and hasattr(shape_env, "optimization_hint"):
+        # torch 2.13 deprecates ``size_hint`` (a FutureWarning on every unbacked size).
+        return int(shape_env.optimization_hint(node.expr, fallback=_UNHINTED_SIZE))
     if shape_env is not None:
         try:
             return int(shape_env.size_hint(node.expr, allow_none=False))

@@ -21,7 +21,13 @@ from torch._ops import OpOverload, OpOverloadPacket
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from passkit._torch.hops import HigherOrderOperator, forward_hop, fresh_subgraph_caches
+from passkit._torch.hops import (
+    HigherOrderOperator,
+    call_keeping_whole,
+    forward_hop,
+    fresh_subgraph_caches,
+    subgraphs_traced_in,
+)
 
 __all__ = [
     "BERNOULLI_IN_LAYOUT",
@@ -89,6 +95,17 @@ def fake_mode_of(values: Sequence[Any]) -> FakeTensorMode | None:
     return None
 
 
+@contextlib.contextmanager
+def _in_fake_mode(fake_mode: FakeTensorMode | None) -> Iterator[None]:
+    """Trace in ``fake_mode``, which torch's own lookups then find too (see
+    ``subgraphs_traced_in``)."""
+    if fake_mode is None:
+        yield
+        return
+    with subgraphs_traced_in(fake_mode), fake_mode:
+        yield
+
+
 @dataclass
 class InputMutation:
     """What a functional trace saw happen to one input."""
@@ -151,7 +168,7 @@ def functional_trace(
         return (*new_values, *[_from_functional(o) for o in flat_outs])
 
     fake_mode = fake_mode_of(args)
-    context = fake_mode if fake_mode is not None else contextlib.nullcontext()
+    context = _in_fake_mode(fake_mode)
     # A graph's no_grad region that raises midway would leave grad mode off for the caller.
     with context, fresh_subgraph_caches(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
         gm = make_fx(
@@ -227,8 +244,7 @@ def retrace(
             raise RuntimeError(f"retrace found input mutations in a functional graph: {mutations}")
     else:
         fake_mode = fake_mode_of(args)
-        context = fake_mode if fake_mode is not None else contextlib.nullcontext()
-        with context, fresh_subgraph_caches(), fx_traceback.preserve_node_meta():
+        with _in_fake_mode(fake_mode), fresh_subgraph_caches(), fx_traceback.preserve_node_meta():
             new_gm = make_fx(interpret, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch)(*args)
         _rename_placeholders(new_gm, names)
     _use_plain_codegen(new_gm)
@@ -310,8 +326,7 @@ def trace_graph(
 ) -> GraphModule:
     """Trace ``fn`` as it is, mutations included; pre-dispatch keeps ``no_grad`` blocks."""
     fake_mode = fake_mode_of(fake_args)
-    context = fake_mode if fake_mode is not None else contextlib.nullcontext()
-    with context, fresh_subgraph_caches(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
+    with _in_fake_mode(fake_mode), fresh_subgraph_caches(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
         gm = make_fx(
             fn, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch, record_module_stack=True
         )(*fake_args)
@@ -388,8 +403,12 @@ def storage_of(value: Any) -> Any:
 class LayoutKeepingInterpreter(torch.fx.Interpreter):
     """Run a graph whose nodes carry ``val`` and keep every value's strides as recorded.
 
-    Used when re-tracing through decompositions: see ``with_layout``.
+    Used when re-tracing through decompositions: see ``with_layout``. Higher-order ops stay
+    whole (``call_keeping_whole``): re-tracing records no autograd rule.
     """
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        return call_keeping_whole(target, args, kwargs)
 
     def run_node(self, n: torch.fx.Node) -> Any:
         value = super().run_node(n)

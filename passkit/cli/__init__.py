@@ -2,10 +2,11 @@
 
 Each subcommand lives in its own module and imports heavy modules (torch, the registry) inside
 its body. Every ``PasskitError`` and usage error prints one line on stderr; ``PASSKIT_DEBUG=1``
-re-raises instead, to show the traceback. Exit codes: 0 ok, 1 results differ from eager (also a
-step that ``verify = "numerics"`` caught), 2 bad input (file, options, arguments), 3 the compile
-fell back to eager (``passkit run``), 4 a step failed: its pass raised or broke a fact
-(``run.exit_code_for``).
+re-raises instead, to show the traceback. Exit codes (``passkit.errors.EXIT_*``, the same for
+every command): 0 ok, 1 results differ from eager (also a step that ``verify = "numerics"``
+caught, bisect's numerics blame, repro's numerics replay), 2 bad input (file, options,
+arguments), 3 the compile fell back to eager (``passkit run``), 4 a step failed: its pass raised
+or broke a fact (``passkit.errors.exit_code_for``, ``exit_code_for_kind``).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import click
 
 from passkit.cli import terminal
 from passkit.cli.plugin_option import plugin_option, register_plugins
+from passkit.errors import exit_code_for_kind
 
 if TYPE_CHECKING:
     from passkit.debug.bisect import Bisection, Outcome
@@ -43,8 +44,9 @@ def command(
     application. Prints 'first bad step: <file>: steps[i] (<id>)', writes a minimal pipeline
     that still fails, and a reproducer. With --repro DIR in place of FILE and --model, it
     bisects a reproducer folder. With --inductor, FILE is a mounted file (passkit.inductor_options)
-    and each trial compiles the model with stock torch.compile. Exits 1 when a bad step is found,
-    0 when every step is good, 2 on bad input.
+    and each trial compiles the model with stock torch.compile. Exit status: 0 every step is
+    good; 1 the first bad step changes numerics; 2 bad input; 4 the first bad step raises or
+    breaks a fact.
     """
     from passkit.debug.bisect import confirm, write_minimal
     from passkit.errors import PasskitError
@@ -90,7 +92,7 @@ def command(
     else:
         terminal.out(_text(pipeline, spec, results, path, confirmed))
     if found is not None:
-        ctx.exit(1)
+        ctx.exit(exit_code_for_kind(found.outcome.kind))
 
 
 def _bisect_mounted(ctx: click.Context, file: str, model: str | None, as_json: bool, pm: Any, registry: Any) -> None:
@@ -124,13 +126,17 @@ def _bisect_mounted(ctx: click.Context, file: str, model: str | None, as_json: b
                          f"{result.application_number} of {result.applications}), graph {application.graph}, nodes {', '.join(application.nodes) or '-'}")
         terminal.out("\n".join(lines))
     if bad is not None:
-        ctx.exit(1)
+        ctx.exit(exit_code_for_kind(result.outcome.kind))
 
 
 def _text(pipeline: Pipeline, spec: str, results: list[Bisection], path: Path | None, confirmed: Outcome | None) -> str:
+    from passkit.compare import tolerance_for
+
     last = results[-1]
     if last.first_bad is None:
-        return f"every step is good: {pipeline.label} on {spec} ({len(results)} graph(s)) agrees with the captured program"
+        tolerance = tolerance_for(pipeline.settings, (step for step in pipeline.steps if step.enabled))
+        return (f"every step is good: {pipeline.label} on {spec} ({len(results)} graph(s)) agrees with the captured "
+                f"program ({tolerance})")
     lines = [
         f"first bad step: {pipeline.where(last.first_bad)}",
         f"  {last.graph}: {last.outcome.kind}: {last.outcome.message}",
@@ -145,11 +151,23 @@ def _text(pipeline: Pipeline, spec: str, results: list[Bisection], path: Path | 
     elif last.applications:
         lines.append(f"  no single pattern application to blame: it fails with all {last.applications} vetoed")
     steps = ", ".join(step.id for step in last.minimal)
-    reproduces = "reproduces" if confirmed is not None and confirmed.kind == last.outcome.kind else "does NOT reproduce"
-    lines.append(f"minimal pipeline: {path} ({len(last.minimal)} steps: {steps}), {reproduces}")
+    lines.append(f"minimal pipeline: {path} ({len(last.minimal)} steps: {steps}), {_reproduces(pipeline, last, confirmed)}")
     if confirmed is not None and confirmed.repro:
         lines.append(f"reproducer: {confirmed.repro}")
     return "\n".join(lines)
+
+
+def _reproduces(pipeline: Pipeline, last: Bisection, confirmed: Outcome | None) -> str:
+    """Whether running the minimal pipeline failed as the bisection did; if not, how it ended."""
+    from passkit.compare import tolerance_for
+
+    if confirmed is not None and confirmed.kind == last.outcome.kind:
+        return "reproduces"
+    if confirmed is None or confirmed.kind is None:
+        assert last.first_bad is not None
+        ran = [step for step in last.minimal if step.position <= last.first_bad.position]
+        return f"does NOT reproduce: it agrees with the captured program ({tolerance_for(pipeline.settings, ran)})"
+    return f"does NOT reproduce: it fails differently ({confirmed.kind}): {confirmed.message}"
 
 
 def _json(pipeline: Pipeline, spec: str, results: list[Bisection], path: Path | None, confirmed: Outcome | None) -> dict[str, Any]:

@@ -3,20 +3,30 @@
 Each step prints exactly one line, numbered ``[i/N]`` like everywhere else (1-based), and that
 line is the table's row, so nothing is printed twice. Column widths come from the pipeline's
 step ids and pass names, known before the first step runs, so rows line up while streaming.
-On a terminal the step that is running shows as a transient ``[i/N] <id> ...`` line that its
-row then replaces; piped output gets only the finished rows (plain text, no control codes).
-Several graphs (graph breaks) each get a title, a header and a summary line.
+On a terminal a ``rich`` live status line shows what is running, its elapsed time ticking:
+``Dynamo is tracing Block.forward at model.py:12 ... 2.1 s``, then ``[i/N] <id> ... 6.2 s,
+14 kernels generated so far`` (the pass's phrase arrives with each heartbeat,
+``passkit.progress``); each finished row prints above it. Piped output gets the finished rows,
+and on stderr a plain line per progress event (Dynamo tracing a frame, a graph compiling or
+recompiling, a step started or still running after a second), with no control codes. Several
+graphs (graph breaks) each get a title, a header and a summary line.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 import click
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
 
 from passkit.report import TABLE_HEADERS, format_row, summary_line
 
 if TYPE_CHECKING:
+    from passkit.progress import ProgressEvent
     from passkit.report import Report, StepRecord
 
 __all__ = ["LiveTable"]
@@ -25,20 +35,42 @@ _RIGHT_ALIGNED = {0, 4}
 _MIN_WIDTHS = (0, 0, 0, len("skipped"), len("99999.9 ms"), len("9999\u21929999"), 0)
 
 
-class LiveTable:
-    """A ``progress`` callable for ``run_check`` that prints the report table as it goes."""
+class _RunningLine:
+    """The live status line's text, rendered afresh at each refresh so the elapsed time ticks."""
 
-    def __init__(self, *, err: bool = False, interactive: bool | None = None, model: str = "") -> None:
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.started = time.perf_counter()
+        self.detail = ""
+
+    def __rich__(self) -> Text:
+        detail = f", {self.detail}" if self.detail else ""
+        return Text(f"{self.label} ... {time.perf_counter() - self.started:.1f} s{detail}", no_wrap=True, overflow="ellipsis")
+
+
+class LiveTable:
+    """A ``progress`` callable for ``run_check`` that prints the report table as it goes.
+
+    ``console`` is where a terminal's output goes (by default a ``rich`` console on the stream);
+    its ``event`` method takes ``passkit.progress`` events, from any thread.
+    """
+
+    def __init__(
+        self, *, err: bool = False, interactive: bool | None = None, model: str = "", console: Console | None = None
+    ) -> None:
         self.err = err
         self.model = model
         stream: TextIO = click.get_text_stream("stderr" if err else "stdout")
         self.interactive = stream.isatty() if interactive is None else interactive
+        self.console = console or (Console(file=stream, force_terminal=True, highlight=False) if self.interactive else None)
+        self.live: Live | None = None
+        self.running: _RunningLine | None = None
+        self._lock = threading.RLock()  # events arrive from the progress thread
         self.name = ""
         self.steps: list[tuple[str, str]] = []
         self.widths: list[int] = [len(h) for h in TABLE_HEADERS]
         self.graphs = 0
         self.open = False
-        self.transient = False
 
     def begin(self, pipeline: Any) -> None:
         """Learn the plan (``pipeline.name`` and each step's ``id`` and ``pass_name``) and print
@@ -51,32 +83,59 @@ class LiveTable:
         number = len(f"[{total}/{total}]")
         cells = (number, max((len(i) for i, _ in self.steps), default=0), max((len(p) for _, p in self.steps), default=0))
         self.widths = [max(len(h), m, c) for h, m, c in zip(TABLE_HEADERS, _MIN_WIDTHS, (*cells, 0, 0, 0, 0))]
-        self._start_graph()
+        if self.interactive:  # the table opens under the graph's "compiling" line
+            self._show_status("capturing the model with Dynamo")
+        else:
+            self._start_graph()
 
     def __call__(self, record: StepRecord) -> None:
-        if not self.open:
-            self._start_graph()
-        cells = list(format_row(record))
-        cells[0] = self._number(record.position)
-        self._clear_transient()
-        self._echo(self._line(cells))
-        if record.position + 1 < len(self.steps):
-            self._show_running(record.position + 1)
+        with self._lock:
+            if not self.open:
+                self._start_graph()
+            cells = list(format_row(record))
+            cells[0] = self._number(record.position)
+            self._echo(self._line(cells))
+            if record.position + 1 < len(self.steps):
+                self._show_running(record.position + 1)
+            else:
+                self._stop_live()
+
+    def event(self, event: ProgressEvent) -> None:
+        """A progress event: on a terminal, the status line's phrase (or a line above it for a
+        graph compiling); piped, one plain line on stderr."""
+        with self._lock:
+            if not self.interactive:
+                click.echo(event.text, err=True)
+                return
+            if event.kind == "tracing":
+                self._show_status(event.text)
+            elif event.kind in ("compiling", "recompiling"):
+                self._echo(event.text)
+                if not self.open:
+                    self._start_graph(running=f"capturing {event.graph}")
+            elif event.position >= 0:  # the step's own clock and phrase
+                self._show_running(event.position)
+                if self.running is not None:
+                    self.running.started = time.perf_counter() - event.seconds
+                    self.running.detail = event.detail
 
     def finished(self, report: Report) -> None:
         """Close the current graph's table with its summary line (called once per graph)."""
-        self._clear_transient()
-        self._echo(summary_line(report))
-        self._echo("")
-        self.open = False
+        with self._lock:
+            self._echo(summary_line(report))
+            self._echo("")
+            self.open = False
+            self._stop_live()
 
-    def _start_graph(self) -> None:
+    def _start_graph(self, running: str = "") -> None:
         self.graphs += 1
         self.open = True
         self._echo(f"pipeline {self.name} (graph {self.graphs})" if self.name else f"graph {self.graphs}")
         self._echo(self._line(list(TABLE_HEADERS)))
         self._echo(self._line(["-" * w for w in self.widths]))
-        if self.steps:
+        if running:
+            self._show_status(running)
+        elif self.steps:
             self._show_running(0)
 
     def _number(self, position: int) -> str:
@@ -90,16 +149,32 @@ class LiveTable:
         return "  ".join(out).rstrip()
 
     def _show_running(self, position: int) -> None:
-        if not self.interactive or position >= len(self.steps):
-            return
-        step_id = self.steps[position][0]
-        click.echo(f"{self._number(position).rjust(self.widths[0])}  {step_id} ...", nl=False, err=self.err)
-        self.transient = True
+        if position < len(self.steps):
+            self._show_status(f"{self._number(position).rjust(self.widths[0])}  {self.steps[position][0]}")
 
-    def _clear_transient(self) -> None:
-        if self.transient:
-            click.echo("\r\x1b[K", nl=False, err=self.err)
-            self.transient = False
+    def _show_status(self, label: str) -> None:
+        if self.console is None or (self.running is not None and self.running.label == label):
+            return
+        self.running = _RunningLine(label)
+        if self.live is None:
+            self.live = Live(self.running, console=self.console, transient=True, refresh_per_second=4,
+                             redirect_stdout=False, redirect_stderr=False)
+            self.live.start()
+        else:
+            self.live.update(self.running, refresh=True)
+
+    def close(self) -> None:
+        """Take the status line down (a run that failed or fell back never finishes its graph)."""
+        with self._lock:
+            self._stop_live()
+
+    def _stop_live(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live, self.running = None, None
 
     def _echo(self, text: str) -> None:
-        click.echo(text, err=self.err)
+        if self.console is not None:
+            self.console.print(text, markup=False, highlight=False, soft_wrap=True, emoji=False)
+        else:
+            click.echo(text, err=self.err)

@@ -1,4 +1,5 @@
-"""Own ``passkit passes``: every registered pass with its plugin, contract, options and summary."""
+"""Own ``passkit passes``: every registered pass with its plugin, contract, declared tolerance,
+options and summary."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ __all__ = ["command", "pass_json"]
 @click.command("passes")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of text.")
 def command(as_json: bool) -> None:
-    """List every registered pass: plugin, contract, options and what it does."""
+    """List every registered pass: plugin, contract, tolerance, options and what it does."""
     from passkit.registry import get_registry
 
     # Plugins that failed to load were already reported on stderr when the manager was built.
@@ -46,6 +47,7 @@ def pass_json(entry: PassEntry) -> dict[str, Any]:
         "invalidates": sorted(pass_.invalidates),
         "training_only": pass_.training_only,
         "version": pass_.version,
+        "tolerance": _tolerance_json(pass_.tolerance),
         "options": _options(entry),
         "fingerprint": pass_.fingerprint(),
     }
@@ -90,6 +92,11 @@ def _pass_text(entry: PassEntry) -> str:
     if pass_.training_only:
         contract += "; training only"
     lines.append(contract)
+    if callable(pass_.tolerance):  # declared per step, from its options
+        lines.append(f"  tolerance: {_PER_OPTIONS}{_first_line(pass_.tolerance.__doc__)}")
+    elif pass_.tolerance is not None:  # undeclared: the pipeline's rtol/atol, nothing to show
+        rtol, atol = pass_.tolerance
+        lines.append(f"  tolerance: rtol={rtol:g}, atol={atol:g}")
     options = _options(entry)
     if not options:
         lines.append("  options: none")
@@ -97,3 +104,17 @@ def _pass_text(entry: PassEntry) -> str:
         default = "required" if option["required"] else f"= {terminal.format_value(option['default'])}"
         lines.append(f"  option {option['name']}: {option['type']} {default}")
     return "\n".join(lines)
+
+
+_PER_OPTIONS = "per options"
+
+
+def _tolerance_json(tolerance: Any) -> Any:
+    if callable(tolerance):
+        return _PER_OPTIONS
+    return None if tolerance is None else dict(zip(("rtol", "atol"), tolerance))
+
+
+def _first_line(doc: str | None) -> str:
+    lines = (doc or "").strip().splitlines()
+    return f" ({lines[0].rstrip('.')})" if lines else ""

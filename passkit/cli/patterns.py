@@ -46,9 +46,9 @@ def command(as_json: bool) -> None:
         terminal.table(
             ("name", "patterns", "options", "plugin", "description"),
             ((r["name"], str(len(r["patterns"])), _options(r["options"]), r["plugin"], r["description"]) for r in rows),
+            items_overflow=False,  # a set without a description is a row of its own, not an item
         )
     )
-
 
 
 def _options(options: dict) -> str:

@@ -9,6 +9,7 @@ import click
 
 from passkit.cli import terminal
 from passkit.cli.plugin_option import plugin_option, register_plugins
+from passkit.errors import exit_code_for_kind
 
 __all__ = ["command"]
 
@@ -21,7 +22,8 @@ __all__ = ["command"]
 def command(ctx: click.Context, folder: Path, plugins: tuple[str, ...], as_json: bool) -> None:
     """Replay the failing step of reproducer FOLDER (written under settings.repro_dir).
 
-    Exits 1 when the step fails again the same way, 0 when it does not.
+    Exit status: 0 it does not fail the same way (the fix worked); 1 it changes numerics again;
+    2 bad input; 4 it raises or breaks a fact again.
     """
     from passkit.debug.replay import replay
     from passkit.plugins import get_plugin_manager
@@ -36,8 +38,9 @@ def command(ctx: click.Context, folder: Path, plugins: tuple[str, ...], as_json:
     elif result.reproduced:
         terminal.out(f"reproduced ({result.kind}): {result.message}")
     elif result.kind is None:
-        terminal.out(f"did not reproduce: {result.label} ran cleanly (recorded: {result.recorded_message})")
+        within = f" within {result.tolerance}" if result.tolerance else ""
+        terminal.out(f"did not reproduce: {result.label} ran cleanly{within} (recorded: {result.recorded_message})")
     else:
         terminal.out(f"did not reproduce: {result.label} failed differently ({result.kind}): {result.message}")
     if result.reproduced:
-        ctx.exit(1)
+        ctx.exit(exit_code_for_kind(result.kind))

@@ -14,18 +14,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from passkit.cli import terminal
-from passkit.errors import PassError, PasskitError, VerificationError
+from passkit.cli.plugin_option import plugin_option, register_plugins
+from passkit.compare import Tolerance
+from passkit.errors import EXIT_FELL_BACK, EXIT_MISMATCH, EXIT_OK, EXIT_STEP_FAILED, EXIT_USAGE, exit_code_for
 
 if TYPE_CHECKING:
     from passkit.check import CheckResult
 
 __all__ = ["command", "verdict", "exit_code_for", "EXIT_OK", "EXIT_MISMATCH", "EXIT_USAGE", "EXIT_FELL_BACK", "EXIT_STEP_FAILED"]
-
-EXIT_OK = 0
-EXIT_MISMATCH = 1
-EXIT_USAGE = 2
-EXIT_FELL_BACK = 3
-EXIT_STEP_FAILED = 4
 
 
 @click.command("run")
@@ -37,10 +33,11 @@ EXIT_STEP_FAILED = 4
 @click.option("--report", metavar="FILE", default=None, help="Write an HTML report of the run to FILE.")
 @click.option("--rtol", type=click.FloatRange(min=0), default=None, help="Relative tolerance vs eager (default: [settings] rtol).")
 @click.option("--atol", type=click.FloatRange(min=0), default=None, help="Absolute tolerance vs eager (default: [settings] atol).")
+@plugin_option
 @click.pass_context
 def command(
     ctx: click.Context, file: str, model: str | None, dump_dir: str | None, json_out: str | None, report: str | None,
-    rtol: float | None, atol: float | None,
+    rtol: float | None, atol: float | None, plugins: tuple[str, ...],
 ) -> None:
     """Compile a model with pipeline FILE, run one step and compare outputs and gradients with eager.
 
@@ -53,6 +50,7 @@ def command(
     from passkit.check import run_check
     from passkit.cli.live import LiveTable
 
+    register_plugins(plugins)
     pipeline: Any = file
     if report is not None:
         from passkit.api import load_pipeline
@@ -62,7 +60,10 @@ def command(
     json_on_stdout = json_out == "-"
     tolerance = {key: value for key, value in (("rtol", rtol), ("atol", atol)) if value is not None}
     progress = LiveTable(err=json_on_stdout, model=model or "the bundled transformer block")
-    result = run_check(pipeline, model=model, dump_dir=dump_dir, progress=progress, **tolerance)
+    try:
+        result = run_check(pipeline, model=model, dump_dir=dump_dir, progress=progress, **tolerance)
+    finally:
+        progress.close()
     line = verdict(result)
     if json_on_stdout:
         terminal.note(line)
@@ -74,18 +75,6 @@ def command(
         ctx.exit(EXIT_FELL_BACK)
     if not result.ok:
         ctx.exit(EXIT_MISMATCH)
-
-
-def exit_code_for(exc: PasskitError) -> int:
-    """The exit status for a passkit error: a step that changed numerics is results that differ,
-    a step that raised or broke a fact is a failed step, anything else is bad input."""
-    if isinstance(exc, VerificationError):
-        from passkit.debug.repro import failure_kind
-
-        return EXIT_MISMATCH if failure_kind(exc) == "numerics" else EXIT_STEP_FAILED
-    if isinstance(exc, PassError):
-        return EXIT_STEP_FAILED
-    return EXIT_USAGE
 
 
 def verdict(result: CheckResult) -> str:
@@ -106,6 +95,7 @@ def verdict(result: CheckResult) -> str:
     )
     if result.buffers_max_diff is not None:
         line += f", buffers max |diff| {_diff(result.buffers_max_diff)}"
+    line += f" ({Tolerance(result.rtol, result.atol)})"
     mismatches = result.mismatches
     if not result.ok and mismatches:
         more = f" (+{len(mismatches) - 1} more)" if len(mismatches) > 1 else ""

@@ -63,14 +63,15 @@ def usage_error(exc: click.ClickException) -> None:
     error(f"{where}: {exc.format_message().rstrip('.')}{hint}")
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, items_overflow: bool = True) -> str:
     """Render rows under headers in fixed-width, left-aligned columns.
 
-    A row whose last cell is empty (a list item under its option) may run past its column into
-    the empty space, so one long item does not widen the whole table.
+    With ``items_overflow``, a row whose last cell is empty (a list item under its option) may
+    run past its column into the empty space, so one long item does not widen the whole table.
+    Without it every row sizes the columns (a listing whose last cell may just be blank).
     """
     rows = [tuple(str(cell) for cell in row) for row in rows]
-    sized = [row for row in rows if row[-1]] or rows
+    sized = ([row for row in rows if row[-1]] if items_overflow else rows) or rows
     widths = [max([len(h)] + [len(row[i]) for row in sized]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:

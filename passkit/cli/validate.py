@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from passkit.cli import terminal
+from passkit.errors import EXIT_USAGE
 
 __all__ = ["command", "validate_file"]
 
@@ -27,7 +28,7 @@ def command(ctx: click.Context, files: tuple[str, ...], as_json: bool) -> None:
             else:
                 terminal.error(result["error"])
     if not all(result["ok"] for result in results):
-        ctx.exit(2)
+        ctx.exit(EXIT_USAGE)
 
 
 def validate_file(name: str) -> dict[str, Any]:

@@ -4,7 +4,8 @@ Bisection is a plugin of the step loop, not a special case in it: ``StepFilter``
 ``passkit_should_run_step`` and skips every step past a limit (LLVM's ``-opt-bisect-limit``)
 and any steps it is told to leave out. Each trial runs the pipeline, so filtered, on a fresh
 snapshot of the captured program and compares what the program then computes with the captured
-program (``passkit.evaluate.Reference``, the same comparison as ``verify = "numerics"``).
+program (``passkit.evaluate.Reference``, the same comparison as ``verify = "numerics"``, within
+the tolerance the steps that ran declare: ``passkit.compare.tolerance_for``).
 
 1. The whole pipeline runs once; if it agrees with the capture, every step is good.
 2. A binary search over how many of the applicable steps run finds the first bad one.
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from passkit.compare import tolerance_for
 from passkit.debug.bisect_patterns import bisect_applications, narrowed
 from passkit.debug.pipeline_file import pipeline_toml
 from passkit.debug.repro import failure_kind
@@ -137,7 +139,7 @@ def trial(
     program = snapshot_program(captured)
     pm.register(step_filter, name="passkit-bisect")
     try:
-        run_pipeline(pipeline, program, pm=pm, registry=registry)
+        report = run_pipeline(pipeline, program, pm=pm, registry=registry)
     except PipelineError as exc:
         return Outcome("contract", str(exc))
     except (PassError, VerificationError) as exc:
@@ -148,8 +150,10 @@ def trial(
     finally:
         pm.unregister(step_filter)
     asked = tuple(step_filter.asked)
+    ran = {record.position for record in report.records if record.status == "ran"}
+    tolerance = tolerance_for(pipeline.settings, (step for step in pipeline.steps if step.position in ran))
     try:
-        difference = reference.compare(program)
+        difference = reference.compare(program, tolerance)
     except Exception as exc:  # noqa: BLE001 - a program that cannot even run is bad
         return Outcome("crash", f"running the program failed: {type(exc).__name__}: {exc}", applications=asked)
     if difference is None:

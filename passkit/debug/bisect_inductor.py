@@ -114,11 +114,11 @@ def bisect_mounted(
             with _torch.inductor_caches_off():
                 compiled = torch.compile(model, options=MountedFile(quiet, pm, registry).options())
                 actual = _step(compiled, inputs, training)
-            ran = [pipeline.steps[p].pass_ for p in steps[:count]]
-            rtol, atol = tolerance_for(pipeline.settings, ran)
-            comparison = compare_values(expected, actual, "outputs and grads", rtol=rtol, atol=atol)
-            outcome = (Outcome(None, applications=tuple(step_filter.asked)) if comparison.ok else
-                       Outcome("numerics", f"changed numerics: {comparison.mismatches[0]}",
+            tolerance = tolerance_for(pipeline.settings, [pipeline.steps[p] for p in steps[:count]])
+            comparison = compare_values(expected, actual, "outputs and grads", tolerance)
+            first = comparison.mismatches[0] if comparison.mismatches else None
+            outcome = (Outcome(None, applications=tuple(step_filter.asked)) if first is None else
+                       Outcome("numerics", f"changed numerics: {first} ({first.tolerance})",
                                applications=tuple(step_filter.asked)))
         except Exception as raised:  # noqa: BLE001 - a step that crashes the compile is a bad step
             exc = _passkit_cause(raised)

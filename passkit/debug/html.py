@@ -4,8 +4,9 @@ For each program of the run it shows the step timeline, a table of the steps (ti
 counts per graph, the step's figures such as saved bytes or pattern hits, the error of a failing
 step), a picture of the forward/backward split (which values the forward saves for the backward,
 and which the backward recomputes from them) and each graph's code after each step that changed
-it, as a diff against the step before with the full code beside it. The data comes from
-``passkit.instruments.html_report``.
+it, as a diff against the step before with the full code beside it. A run compared with eager
+(``passkit run``) opens with its verdict: ok or mismatch, the tolerance, the exit code and the
+max |diff| of each output and gradient. The data comes from ``passkit.instruments.html_report``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from passkit.report import format_bytes, format_stats
 if TYPE_CHECKING:
     from passkit.instruments.html_report import ProgramHistory
     from passkit.program import Program
+    from passkit.report import Verdict
 
 __all__ = ["render", "split_of", "split_svg"]
 
@@ -32,6 +34,7 @@ table { border-collapse: collapse; } td, th { padding: 2px 10px; border-bottom: 
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr.failed td { background: #fde2e1; } .changed { color: #0a6b2d; font-weight: 600; } .cached { color: #7a4d00; }
 pre { background: #f6f8fa; padding: 8px; overflow-x: auto; font: 12px/1.35 ui-monospace, monospace; }
+.verdict { padding: 6px 12px; border-radius: 6px; } .verdict.ok { background: #dcfce4; } .verdict.bad { background: #fde2e1; }
 .add { background: #dcfce4; display: block; } .del { background: #fde2e1; display: block; } .hunk { color: #6a737d; display: block; }
 details { margin: 4px 0; } summary { cursor: pointer; }
 svg text { font: 12px ui-monospace, monospace; }
@@ -197,9 +200,25 @@ def _cache_note(history: ProgramHistory) -> str:
             "are totals over the graphs.</p>")
 
 
-def render(histories: list[ProgramHistory]) -> str:
-    """The whole page for every program of the run."""
-    sections = []
+def verdict_html(verdict: Verdict) -> str:
+    """The run's verdict: outcome, tolerance and exit code, then a row per compared value."""
+    from passkit.report import format_diff
+
+    css = "ok" if verdict.outcome == "ok" else "bad"
+    failed = ' class="failed"'
+    rows = "".join(
+        f'<tr{"" if value.ok else failed}><td>{_e(value.label)}</td><td class="num">{format_diff(value.max_diff)}</td>'
+        f'<td>{"ok" if value.ok else "MISMATCH"}</td></tr>'
+        for value in verdict.values
+    )
+    table = f"<table><tr><th>value</th><th>max |diff|</th><th></th></tr>{rows}</table>" if rows else ""
+    detail = f"<p>{_e(verdict.detail)}</p>" if verdict.detail else ""
+    return f'<h2>Verdict</h2><p class="verdict {css}"><b>{_e(verdict.headline())}</b></p>{detail}{table}'
+
+
+def render(histories: list[ProgramHistory], verdict: Verdict | None = None) -> str:
+    """The whole page for every program of the run, under the run's verdict when it has one."""
+    sections = [verdict_html(verdict)] if verdict is not None else []
     for history in histories:
         split = history.split
         split_html = (

@@ -41,6 +41,7 @@ class Replay:
     kind: str | None  # None: the step ran cleanly
     message: str
     version_notes: list[str]
+    tolerance: str = ""  # what numerics were held to (``rtol 0.001, atol 0.0001``); empty without numerics
 
     @property
     def reproduced(self) -> bool:
@@ -90,6 +91,7 @@ def real_inputs(folder: Path, program: Program) -> list[Any]:
 
 def replay(folder: Path, *, pm: pluggy.PluginManager, registry: Registry) -> Replay:
     """Run the reproducer's failing step again on its saved program."""
+    from passkit.compare import tolerance_for
     from passkit.evaluate import Reference
     from passkit.pipeline import load_pipeline
     from passkit.runner import run_pipeline
@@ -114,6 +116,7 @@ def replay(folder: Path, *, pm: pluggy.PluginManager, registry: Registry) -> Rep
     except (PassError, VerificationError) as exc:
         cause = exc.__cause__ if isinstance(exc, PassError) and exc.__cause__ is not None else exc
         kind, message = failure_kind(cause), str(exc).strip().splitlines()[0]
+    tolerance = str(tolerance_for(one_step.settings, [step])) if reference is not None else ""
     return Replay(
         folder=str(folder),
         label=pipeline.where(step),
@@ -122,4 +125,5 @@ def replay(folder: Path, *, pm: pluggy.PluginManager, registry: Registry) -> Rep
         kind=kind,
         message=message,
         version_notes=notes,
+        tolerance=tolerance,
     )

@@ -39,7 +39,7 @@ import torch
 
 from passkit.debug.pipeline_file import pipeline_toml
 from passkit.debug.program_file import write_program
-from passkit.errors import VerificationError
+from passkit.errors import NUMERICS_MARKER, VerificationError
 
 if TYPE_CHECKING:
     from passkit.hookspecs import StepContext
@@ -59,7 +59,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 def failure_kind(exc: BaseException) -> str:
     """``numerics``, ``fact`` (a broken fact) or ``crash`` (the pass raised)."""
     if isinstance(exc, VerificationError):
-        return "numerics" if " changed numerics: " in str(exc) else "fact"
+        return "numerics" if NUMERICS_MARKER in str(exc) else "fact"
     return "crash"
 
 

@@ -8,6 +8,10 @@ graph's code and, for a failing step, the error. The file is written again after
 Every program (graph break, recompile) compiled in this process with the same report path gets
 its own section of the same file. Registered after ``repro``, it is the outermost instrument.
 
+``write_verdict`` (called by ``passkit.check.run_check`` once the run was compared with eager, or
+when a step failed) puts the run's verdict at the top of the page: ok or mismatch, the max |diff|
+of each output and gradient, the tolerance and the exit code.
+
 A compile the compile cache answers runs no step; ``passkit_loaded_from_cache`` then writes the
 program's section from the stored report: one row per step of the run that compiled it (its
 times, changes and figures), each marked as loaded from the cache, node counts as totals over
@@ -25,8 +29,12 @@ from passkit.hookspecs import hookimpl
 if TYPE_CHECKING:
     from passkit.hookspecs import StepContext
     from passkit.program import Program
+    from passkit.report import Verdict
 
-__all__ = ["passkit_run_step", "passkit_loaded_from_cache", "StepEntry", "ProgramHistory", "histories", "ALL_GRAPHS"]
+__all__ = [
+    "passkit_run_step", "passkit_loaded_from_cache", "write_verdict", "StepEntry", "ProgramHistory", "histories", "verdicts",
+    "ALL_GRAPHS",
+]
 
 ALL_GRAPHS = "all graphs"  # the node-count column of a section loaded from the cache
 
@@ -61,6 +69,8 @@ class ProgramHistory:
 
 # Report path -> the programs written into it by this process, in order.
 histories: dict[Path, list[ProgramHistory]] = {}
+# Report path -> the verdict of the run that wrote it (the last one, for a path written twice).
+verdicts: dict[Path, Verdict] = {}
 _HISTORY_NOTE = "passkit.report_history"
 
 
@@ -95,7 +105,7 @@ def passkit_run_step(context: StepContext) -> Generator[None, bool | None, bool 
     report = context.pipeline.settings.report
     if not report:
         return (yield)
-    from passkit.debug.html import render, split_of
+    from passkit.debug.html import split_of
 
     path = Path(report).resolve()
     history = _history(context, path)
@@ -115,8 +125,21 @@ def passkit_run_step(context: StepContext) -> Generator[None, bool | None, bool 
         entry.codes = {name: code for name, code in _codes(program).items() if before.get(name) != code}
         if "forward" in program.graphs and "backward" in program.graphs and entry.changed:
             history.split = split_of(program)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render(histories[path]), encoding="utf-8")
+        _write(path)
+
+
+def _write(path: Path) -> None:
+    from passkit.debug.html import render
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(histories.get(path, []), verdicts.get(path)), encoding="utf-8")
+
+
+def write_verdict(report: str | Path, verdict: Verdict) -> None:
+    """Write the page at ``report`` again, with ``verdict`` at its top."""
+    path = Path(report).resolve()
+    verdicts[path] = verdict
+    _write(path)
 
 
 @hookimpl
@@ -125,7 +148,7 @@ def passkit_loaded_from_cache(pipeline: Any, program: Program, report: Any, capt
     path = pipeline.settings.report
     if not path:
         return
-    from passkit.debug.html import render, split_of
+    from passkit.debug.html import split_of
 
     path = Path(path).resolve()
     programs = histories.setdefault(path, [])
@@ -149,5 +172,4 @@ def passkit_loaded_from_cache(pipeline: Any, program: Program, report: Any, capt
         history.split = split_of(program)
     programs.append(history)
     program.notes[_HISTORY_NOTE] = (str(path), len(programs) - 1)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(programs), encoding="utf-8")
+    _write(path)

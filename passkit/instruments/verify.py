@@ -5,7 +5,9 @@ step (the established facts plus what the step produces, less what it invalidate
 with its registered checker (``passkit.facts.failed_checks``), plugin facts included, so a pass
 that silently breaks a fact is named at the step that broke it. With ``"numerics"`` and a
 reference, the program's outputs and gradients are also compared with the captured program's,
-within the settings' ``rtol``/``atol`` loosened by the declared tolerance of every pass run so far.
+within the settings' ``rtol``/``atol`` loosened by the tolerance every step run so far declares
+(``passkit.compare.tolerance_for``, the rule ``passkit run`` and ``passkit bisect`` use); the error
+prints the tolerance it held the program to.
 Registered last of the instruments, it is the outermost of them: dumps of the offending step
 are written before verification fails.
 """
@@ -41,9 +43,7 @@ def verify_step(context: StepContext) -> None:
         raise VerificationError(f"{context.label} broke fact '{fact}': {reason}")
     if context.pipeline.settings.verify == "numerics" and context.reference is not None:
         ran = set(context.previous) | {context.step.id}
-        rtol, atol = tolerance_for(
-            context.pipeline.settings, (step.pass_ for step in context.pipeline.steps if step.id in ran)
-        )
-        difference = context.reference.compare(program, rtol=rtol, atol=atol)
+        tolerance = tolerance_for(context.pipeline.settings, (step for step in context.pipeline.steps if step.id in ran))
+        difference = context.reference.compare(program, tolerance)
         if difference is not None:
             raise VerificationError(f"{context.label} changed numerics: {difference}")

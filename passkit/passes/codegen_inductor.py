@@ -35,7 +35,7 @@ import pydantic
 import torch
 from torch.fx import Graph, GraphModule, Node
 
-from passkit import _torch
+from passkit import _torch, progress
 from passkit.errors import PassError
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
@@ -325,10 +325,14 @@ def _with_source(fn: Callable[..., Any], source: str | None) -> Callable[..., An
 def _compile_with_kernels_together(program: Program, options: InductorOptions, graphs: str,
                                    compile_graphs: Callable[[Program, InductorOptions], None]) -> None:
     """Compile the program's graphs with their kernels built together (and bundled), then count
-    the kernels and their libraries in the report row."""
+    the kernels and their libraries in the report row. While it runs, the step's progress
+    heartbeats say how many kernels Inductor has generated so far."""
     device_type = _device_type(program.example_inputs) or "cpu"
+    watched: list[_torch.KernelBuilds] = []  # the heartbeat also covers the wait for the builds
     try:
-        with _torch.kernels_compiled_together(bundle=options.bundle_kernels, device_type=device_type) as builds:
+        with progress.detail(lambda: f"{watched[0].generated_so_far()} kernels generated so far" if watched else ""), \
+                _torch.kernels_compiled_together(bundle=options.bundle_kernels, device_type=device_type) as builds:
+            watched.append(builds)
             compile_graphs(program, options)
     except PassError:
         raise

@@ -22,9 +22,16 @@ from passkit.program import Desc, GraphIO, Program
 __all__ = ["functionalize"]
 
 
+class _ForwardInterpreter(torch.fx.Interpreter):
+    """Main as the user wrote it: a higher-order op's autograd rule is ``joint``'s to apply."""
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        return _torch.call_keeping_whole(target, args, kwargs)
+
+
 def _interpreted(gm: GraphModule) -> Any:
     def run(*args: Any) -> Any:
-        return torch.fx.Interpreter(gm).run(*args)
+        return _ForwardInterpreter(gm).run(*args)
 
     return run
 

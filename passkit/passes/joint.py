@@ -14,7 +14,7 @@ from typing import Any
 from torch.fx import GraphModule, Node
 
 from passkit import _torch
-from passkit.autodiff import JointPlan, make_joint_fn, refuse_undifferentiable
+from passkit.autodiff import JointPlan, make_joint_fn
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
 from passkit.program import Desc, GraphIO, Program
@@ -47,7 +47,6 @@ def _lowering_table(program: Program) -> dict[Any, Any] | None:
 @graph_pass("joint", requires={"functional"}, produces={"joint"}, training_only=True)
 def joint(program: Program) -> bool:
     """Trace forward and backward into one graph of primals and tangents."""
-    refuse_undifferentiable(program.graphs["main"])
     # A program over tensor subclasses is differentiated at their level (``subclass_autodiff``).
     source = program.notes.get("subclasses")
     plan = JointPlan(program) if source is None else SubclassJoint(program, source)

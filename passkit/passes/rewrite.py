@@ -8,11 +8,17 @@ report row says where it ran (``stage``: ``pre-grad`` on ``main`` before ``joint
 applied (``applied``), why matches were refused (``refused``), and which ops it asked later
 lowering to keep whole (``kept_ops``, how many: a pattern's ``keep``, added to the ``decompose`` step's
 target opset, so that ``joint`` does not lower a fused replacement back to its parts). ``expect_match = true``
-fails the step, in one line, when a named set applied nowhere; a list names the sets or
-patterns (``"attention:causal_masked_fill"``) that must apply. ``only`` narrows the named sets to
+fails the step, in one line, when a named set matched nowhere, naming per pattern the nearest
+candidate node, its source line and the first thing that failed there; a list names the sets or
+patterns (``"attention:causal_masked_fill"``) that must apply. A match vetoed through
+``passkit_should_apply`` counts as a match, so bisection can veto them all. ``only`` narrows the named sets to
 some of their patterns (``"attention:sdpa"``), as ``passkit bisect`` writes it in a minimal pipeline.
 ``set_options.<set>`` tunes a set that declares options (``PatternSet.options``), such as the
 ``attention`` set's ``cpu_min_score_bytes``; it is checked against the set when the file loads.
+
+The step declares the loosest ``tolerance`` of the sets it applies (``PatternSet.tolerance``,
+as configured by ``set_options``), so numerics checks of a pipeline that ran it accept an
+approximation a set declares (``passkit.compare.tolerance_for``).
 
 Before each application the pass asks ``context.should_apply`` (the ``passkit_should_apply``
 hook), so a plugin can veto single applications (bisection finds the first bad one that way).
@@ -36,7 +42,7 @@ from passkit.program import Program
 if TYPE_CHECKING:
     from passkit.hookspecs import StepContext
 
-__all__ = ["rewrite", "RewriteOptions", "resolve_pattern_set", "stage_of"]
+__all__ = ["rewrite", "RewriteOptions", "resolve_pattern_set", "sets_tolerance", "stage_of"]
 
 
 class PatternSetName(str):
@@ -129,10 +135,21 @@ def resolve_pattern_set(name: str, registry: Any = None) -> Any:
     return PatternSet(
         name, qualified, description, requires=getattr(value, "requires", ()),
         options=getattr(value, "options", None), configure=getattr(value, "configure", None),
+        tolerance=getattr(value, "tolerance", None),
     )
 
 
-@graph_pass("rewrite", requires={"functional"}, options=RewriteOptions)
+def sets_tolerance(options: RewriteOptions) -> tuple[float, float] | None:
+    """The loosest of the pattern sets the step applies.
+
+    None when no set declares one: they keep eager's numerics."""
+    from passkit.compare import loosest
+
+    sets = [resolve_pattern_set(name).configured(options.set_options.get(name)) for name in options.patterns]
+    return loosest(s.tolerance for s in sets)
+
+
+@graph_pass("rewrite", requires={"functional"}, options=RewriteOptions, tolerance=sets_tolerance)
 def rewrite(
     program: Program,
     *,
@@ -154,7 +171,8 @@ def rewrite(
         sets = _only(sets, only)
     canonical = program.target_opset
     applied = Applied()
-    for graph_name in graphs if graphs is not None else list(program.graphs):
+    graph_names = graphs if graphs is not None else list(program.graphs)
+    for graph_name in graph_names:
         if graph_name not in program.graphs:
             raise ValueError(f"no graph {graph_name!r} (graphs: {', '.join(program.graphs)})")
         ask = _asker(context, graph_name)
@@ -166,8 +184,22 @@ def rewrite(
         program.record_stat("refused", dict(sorted(applied.refused.items())))
     _keep_replacement_ops(program, sets, applied)
     if expect_match:
-        require(applied, patterns if expect_match is True else expect_match)
+        explain = _explainer(program, graph_names, sets, canonical)
+        require(applied, patterns if expect_match is True else expect_match, explain=explain)
     return applied.total > 0
+
+
+def _explainer(program: Program, graph_names: list[str], sets: list[Any], canonical: Any) -> Any:
+    """``expect_match``'s reasons: per pattern under a name, its nearest miss in the graphs the
+    step rewrote (as they are now, after the patterns that did apply)."""
+    from passkit.patterns.debug import nearest_misses
+
+    def explain(name: str) -> str:
+        patterns = [p for s in sets for p in s.patterns if p.name == name or p.name.startswith(f"{name}:")]
+        graphs = [(g, program.graphs[g], _canonical_for(program, g, canonical)) for g in graph_names]
+        return nearest_misses(patterns, graphs)
+
+    return explain
 
 
 def _only(sets: list[Any], only: list[str]) -> list[Any]:

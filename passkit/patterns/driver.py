@@ -23,7 +23,7 @@ from torch.fx import GraphModule, Node
 from passkit import _torch
 from passkit.errors import PassError
 from passkit.patterns.matcher import Match, match_pattern
-from passkit.patterns.model import Op, Pattern, PatternSet
+from passkit.patterns.model import Alt, Op, Pattern, PatternSet
 from passkit.patterns.replace import apply_replacement, refusal
 
 __all__ = ["Applied", "PatternError", "apply_patterns", "expect_match", "find_matches"]
@@ -63,10 +63,10 @@ def _index(lowered: list[tuple[Pattern, tuple[Any, ...]]]) -> Callable[[Node], l
     by_target: dict[Any, list[tuple[Pattern, tuple[Any, ...]]]] = {}
     anywhere: list[tuple[Pattern, tuple[Any, ...]]] = []
     for entry in lowered:
-        root = entry[1][0]
-        if isinstance(root, Op):
-            by_target.setdefault(root.target, []).append(entry)
-        else:
+        targets = root_targets(entry[1][0])
+        for target in targets or ():
+            by_target.setdefault(target, []).append(entry)
+        if targets is None:
             anywhere.append(entry)
 
     def candidates(node: Node) -> list[tuple[Pattern, tuple[Any, ...]]]:
@@ -77,9 +77,19 @@ def _index(lowered: list[tuple[Pattern, tuple[Any, ...]]]) -> Callable[[Node], l
             found += by_target.get(packet, ())
         found += anywhere
         order = {id(p): i for i, (p, _) in enumerate(lowered)}
-        return sorted(found, key=lambda e: order[id(e[0])])
+        # An Alt root indexed under two targets of one packet appears twice; keep it once.
+        return sorted({id(e[0]): e for e in found}.values(), key=lambda e: order[id(e[0])])
 
     return candidates
+
+
+def root_targets(root: Any) -> tuple[Any, ...] | None:
+    """The ops a search root can start at (an ``Op``, or an ``Alt`` of ``Op``s); None: any node."""
+    if isinstance(root, Op):
+        return (root.target,)
+    if isinstance(root, Alt) and root.options and all(isinstance(o, Op) for o in root.options):
+        return tuple(dict.fromkeys(o.target for o in root.options))
+    return None
 
 
 def find_matches(gm: GraphModule, patterns: Iterable[Pattern | PatternSet], *, canonical: Any = None) -> list[Match]:
@@ -181,11 +191,27 @@ def _apply_at(
     return False
 
 
-def expect_match(applied: Applied, names: Iterable[str], *, where: str = "") -> None:
-    """Raise a one-line ``PatternError`` if a named pattern (or set prefix) never applied."""
+def expect_match(
+    applied: Applied, names: Iterable[str], *, where: str = "", explain: Callable[[str], str] | None = None
+) -> None:
+    """Raise a one-line ``PatternError`` if a named pattern (or set prefix) never matched.
+
+    A match that a ``should_apply`` veto refused counts as matched: the pattern does match, and
+    bisection vetoes applications to find a bad one. ``explain(name)`` may add why the patterns
+    under ``name`` missed (``passkit.patterns.debug.nearest_misses``)."""
     for name in names:
-        if not any(key == name or key.startswith(f"{name}:") for key in applied.counts):
-            refused = [k for k in applied.refused if k.rsplit(": ", 1)[0] == name or k.startswith(f"{name}:")]
-            why = f"; refused: {', '.join(refused)}" if refused else ""
-            prefix = f"{where}: " if where else ""
-            raise PatternError(f"{prefix}pattern {name!r} matched nothing{why}")
+        # Refusals are keyed "pattern: reason", so a name or set prefix starts them.
+        if any(_under(key, name) for key in applied.counts) or any(
+            _under(key, name) and key.endswith(": vetoed") for key in applied.refused
+        ):
+            continue
+        refused = [k for k in applied.refused if _under(k, name)]
+        why = f"; refused: {', '.join(refused)}" if refused else ""
+        misses = explain(name) if explain is not None else ""
+        prefix = f"{where}: " if where else ""
+        raise PatternError(f"{prefix}pattern {name!r} matched nothing{why}{f'; {misses}' if misses else ''}")
+
+
+def _under(key: str, name: str) -> bool:
+    """Whether a count or refusal key belongs to pattern or set ``name``."""
+    return key == name or key.startswith(f"{name}:")

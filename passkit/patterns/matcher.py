@@ -20,7 +20,7 @@ from torch.fx import Node
 from passkit import _torch
 from passkit.patterns.model import Alt, Dim, Op, Pattern, Var, Where, Wildcard
 
-__all__ = ["Match", "explain_miss", "match_pattern", "node_args", "target_matches"]
+__all__ = ["Match", "deepest_miss", "explain_miss", "match_pattern", "node_args", "target_matches"]
 
 _MISSING = object()
 _LOOK_THROUGH = frozenset({torch.ops.aten.clone.default, torch.ops.aten.alias.default})
@@ -183,6 +183,8 @@ def _match(pattern: Any, value: Any, state: _State, rank: int | None = None) -> 
     if isinstance(pattern, Dim):
         if not isinstance(value, int) or isinstance(value, bool):
             return False
+        if pattern.rank is not None:
+            return rank is not None and _from_end(value, rank) == _from_end(pattern.value, pattern.rank)
         return value == pattern.value or (rank is not None and rank > 0 and value % rank == pattern.value % rank)
     if isinstance(pattern, tuple):
         if not isinstance(value, (tuple, list)) or len(value) != len(pattern):
@@ -194,6 +196,11 @@ def _match(pattern: Any, value: Any, state: _State, rank: int | None = None) -> 
         isinstance(value, (int, float)) and isinstance(pattern, (int, float))
         and not isinstance(value, bool) and not isinstance(pattern, bool) and value == pattern
     )
+
+
+def _from_end(dim: int, rank: int) -> int:
+    """A dimension as a negative index: the same number at every rank with the same trailing dims."""
+    return dim - rank if dim >= 0 else dim
 
 
 def _same(bound: Any, value: Any) -> bool:
@@ -323,8 +330,20 @@ def _keeps_trailing(node: Node, trailing: int) -> bool:
     return tuple(out.shape[-trailing:]) == tuple(inp.shape[-trailing:])
 
 
+MATCHED_STRUCTURE = 1 << 30  # deeper than any pattern tree: the structure matched
+
+
 def explain_miss(pattern: Pattern, roots: tuple[Any, ...], anchor: Node) -> str:
     """Why ``pattern`` does not match at ``anchor``: the deepest mismatch, in one line."""
+    depth, text = deepest_miss(pattern, roots, anchor)
+    return f"at depth {depth}: {text}" if 0 <= depth < MATCHED_STRUCTURE else text
+
+
+def deepest_miss(pattern: Pattern, roots: tuple[Any, ...], anchor: Node) -> tuple[int, str]:
+    """How far ``pattern`` got at ``anchor`` and what stopped it there: ``(depth, reason)``.
+
+    Depth counts pattern ops matched into the tree (-1: not even the root's target); a match
+    that only its check or a further output refused ranks above every structural miss."""
     global _explainer
     _explainer = _Explainer()
     try:
@@ -333,11 +352,11 @@ def explain_miss(pattern: Pattern, roots: tuple[Any, ...], anchor: Node) -> str:
             match = match_pattern(pattern, roots, anchor)
             if match is None:
                 if len(roots) > 1:
-                    return "the first output matches; a further output was not found among the users of its bindings"
-                return "the structure matches; the pattern's check rejected it"
-            return "it matches"
+                    return MATCHED_STRUCTURE, "the first output matches; a further output was not found among the users of its bindings"
+                return MATCHED_STRUCTURE, "the structure matches; the pattern's check rejected it"
+            return MATCHED_STRUCTURE + 1, "it matches"
         depth, text = _explainer.deepest
-        return f"at depth {depth}: {text}" if text else f"wanted {roots[0]!r}, found {_describe(anchor)}"
+        return (depth, text) if text else (-1, f"wanted {roots[0]!r}, found {_describe(anchor)}")
     finally:
         _explainer = None
 

@@ -9,15 +9,17 @@ A search pattern is a small tree (or, with several roots, a DAG) of frozen datac
 - ``ANY`` (a ``Wildcard``) matches anything and binds nothing;
 - ``Alt(a, b, ...)`` matches the first alternative that matches;
 - ``Dim(d)`` matches an int dimension equal to ``d`` modulo the rank of the op's first tensor
-  argument (``-1`` and ``3`` on a rank-4 tensor);
+  argument (``-1`` and ``3`` on a rank-4 tensor); ``Dim(d, rank=r)`` counts it from the end
+  instead (a dimension traced at rank ``r``, matched at any rank);
 - any other Python value is a literal that must be equal.
 
 ``Where`` is a predicate on a node's ``meta["val"]``: dtype, rank, and a symbolic shape whose
 string entries name sizes that must agree across the whole match. A ``Pattern`` pairs a search
 (one root or a tuple of roots, for multi-output patterns, or a traced search from
 ``from_trace``) with a replacement, a benefit (higher first) and an optional extra ``check``.
-A ``PatternSet`` is a named tuple of patterns; sets compose with ``+``. A set may declare
-``options`` that a pipeline sets per ``rewrite`` step (the ``attention`` set's CPU size gate).
+A ``PatternSet`` is a named tuple of patterns, each name once; sets compose with ``+``. A set may declare
+``options`` that a pipeline sets per ``rewrite`` step (the ``attention`` set's CPU size gate),
+and a ``tolerance=(rtol, atol)`` when its rewrites change numerics on purpose.
 
 Everything is frozen and hashable; ``fingerprint()`` is stable across processes (callables are
 named by their qualified name and source hash), so the compile cache can key on pattern sets.
@@ -29,6 +31,8 @@ import hashlib
 import inspect
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Callable
+
+from passkit.compare import loosest
 
 __all__ = [
     "ANY",
@@ -58,6 +62,11 @@ class Where:
     shape: tuple[int | str | None, ...] | None = None
     check: Callable[[Any], bool] | None = None
 
+    def __repr__(self) -> str:
+        # Only what was asked for: a miss message reads "fails Where(rank=2)".
+        given = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if getattr(self, f.name) is not None]
+        return f"Where({', '.join(given)})"
+
 
 @dataclass(frozen=True)
 class Wildcard:
@@ -80,9 +89,15 @@ class Var:
 
 @dataclass(frozen=True)
 class Dim:
-    """An int dimension, equal modulo the rank of the op's first tensor argument."""
+    """An int dimension, equal modulo the rank of the op's first tensor argument.
+
+    With ``rank`` (the rank it was traced at, set by ``from_trace`` when ranks are not pinned),
+    the dimension counts from the end instead: ``Dim(1, rank=2)`` is the last dimension at any
+    rank, since a pattern traced without pinned ranks matches extra leading (batch) dimensions.
+    """
 
     value: int
+    rank: int | None = None
 
 
 @dataclass(frozen=True, init=False)
@@ -195,6 +210,22 @@ class PatternSet:
     # traces stay cached across values.
     options: Any = None
     configure: Callable[[PatternSet, Any], PatternSet] | None = None
+    # ``(rtol, atol)`` the set's rewrites may move results by (an approximation by design, such
+    # as a tanh GELU): a ``rewrite`` step applying it declares the loosest of its sets'.
+    tolerance: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.tolerance is not None:
+            if len(self.tolerance) != 2 or min(self.tolerance) < 0:
+                raise ValueError(f"pattern set {self.name!r}: tolerance must be (rtol, atol), both >= 0, not {self.tolerance!r}")
+            object.__setattr__(self, "tolerance", (float(self.tolerance[0]), float(self.tolerance[1])))
+        # Counts, ``only``, vetoes and bisect's blame name patterns: two of one name are ambiguous.
+        # One rule for several overloads is one pattern whose search is an ``Alt`` of them.
+        seen: set[str] = set()
+        for pattern in self.patterns:
+            if pattern.name in seen:
+                raise ValueError(f"pattern set {self.name!r} has two patterns named {pattern.name!r}")
+            seen.add(pattern.name)
 
     def configured(self, values: dict[str, Any] | None) -> PatternSet:
         """This set as ``values`` (a ``set_options`` table) configure it; pydantic's
@@ -207,7 +238,8 @@ class PatternSet:
 
     def __add__(self, other: PatternSet) -> PatternSet:
         requires = self.requires + other.requires if self.requires and other.requires else ()
-        return PatternSet(f"{self.name}+{other.name}", self.patterns + other.patterns, requires=requires)
+        tolerance = loosest((self.tolerance, other.tolerance))
+        return PatternSet(f"{self.name}+{other.name}", self.patterns + other.patterns, requires=requires, tolerance=tolerance)
 
     def may_match(self, targets: set[Any]) -> bool:
         """Whether a graph calling ``targets`` could match (by the ``requires`` hint)."""

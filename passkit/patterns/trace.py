@@ -8,9 +8,11 @@ opset, and the result is cached.
 
 The traced graph becomes ``Op`` nodes. Inputs become ``Var``s named after the function's
 parameters. Literal arguments stay literals that must be equal, except: sizes (``SymInt[]``
-arguments such as a view's shape) match anything, checked instead by each op's rank and, for
-views, by how many trailing sizes they keep; int ``dim`` arguments match modulo rank; and a
-float equal to a non-tensor example argument binds that argument's name.
+arguments such as a view's shape) match anything, checked instead, for views, by their rank and
+by how many trailing sizes they keep; ``dim`` arguments count from the end, so a pattern traced
+at rank 2 matches the same ops at rank 3 (a ``Linear`` output with a batch dim); and a float
+equal to a non-tensor example argument binds that argument's name. ``pin_ranks=True`` keeps every
+op's traced rank instead (and dims match modulo it), for patterns whose meaning depends on it.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class TracedSearch:
     names: tuple[str, ...]
     specs: tuple[Any, ...]  # (shape, dtype) for tensors, the value itself for scalars
     where: tuple[tuple[str, Where], ...] = ()
+    pin_ranks: bool = False
 
     def lower(self, canonical: Any = None) -> tuple[Op, ...]:
         """The search roots as ``Op`` trees, traced through ``canonical.table`` (a program's
@@ -80,7 +83,7 @@ def _lower(search: TracedSearch, table: dict[Any, Any] | None) -> tuple[Op, ...]
     roots: tuple[Any, ...] = ()
     for node in gm.graph.nodes:
         if node.op == "call_function":
-            env[node] = _to_op(node, env, scalars)
+            env[node] = _to_op(node, env, scalars, search.pin_ranks)
         elif node.op == "output":
             outs = node.args[0]
             outs = outs if isinstance(outs, (tuple, list)) else (outs,)
@@ -91,9 +94,12 @@ def _lower(search: TracedSearch, table: dict[Any, Any] | None) -> tuple[Op, ...]
     return roots
 
 
-def _to_op(node: Node, env: dict[Node, Any], scalars: dict[float, str]) -> Op | Alt:
+def _to_op(node: Node, env: dict[Node, Any], scalars: dict[float, str], pin_ranks: bool) -> Op | Alt:
     target = node.target
     schema_args = target._schema.arguments if isinstance(target, _torch.OpOverload) else []
+    # Unpinned, a dim counts from the end (extra leading dims are batch dims); pinned, every op
+    # keeps its traced rank and a dim matches modulo it.
+    traced_rank = None if pin_ranks else _first_tensor_rank(node)
 
     def convert(value: Any, index: int) -> Any:
         argument = schema_args[index] if index < len(schema_args) else None
@@ -104,7 +110,9 @@ def _to_op(node: Node, env: dict[Node, Any], scalars: dict[float, str]) -> Op | 
         if isinstance(value, float) and value in scalars:
             return Var(scalars[value])
         if argument is not None and argument.name in _DIM_NAMES and isinstance(value, int):
-            return Dim(value)
+            return Dim(value, traced_rank)
+        if traced_rank is not None and argument is not None and argument.name in _DIM_NAMES and _ints(value):
+            return tuple(Dim(v, traced_rank) for v in value)
         if isinstance(value, (list, tuple)):
             return tuple(env[v] if isinstance(v, Node) else v for v in value)
         return value
@@ -119,13 +127,29 @@ def _to_op(node: Node, env: dict[Node, Any], scalars: dict[float, str]) -> Op | 
             args[index] = ANY
     kwargs: dict[str, Any] = {}
     val = node.meta.get("val")
-    where = Where(rank=val.dim()) if isinstance(val, torch.Tensor) else None
+    # A view's rank says which sizes it keeps, so it stays pinned; other ops match any rank.
+    pinned = pin_ranks or target in VIEW_OPS
+    where = Where(rank=val.dim()) if pinned and isinstance(val, torch.Tensor) else None
     trailing = _trailing_kept(node) if target in VIEW_OPS else None
     op = Op(target, *args, where=where, trailing=trailing, **kwargs)
     if target is torch.ops.aten.transpose.int and len(args) == 3:
         # transpose(x, a, b) is transpose(x, b, a): user code writes both.
         return Alt(op, Op(target, args[0], args[2], args[1], where=where))
     return op
+
+
+def _first_tensor_rank(node: Node) -> int | None:
+    for arg in node.args:
+        val = arg.meta.get("val") if isinstance(arg, Node) else None
+        if isinstance(val, torch.Tensor):
+            return val.dim()
+    return None
+
+
+def _ints(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    )
 
 
 def _trailing_kept(node: Node) -> int:
@@ -145,14 +169,18 @@ def from_trace(
     name: str | None = None,
     benefit: int = 1,
     where: dict[str, Where] | None = None,
+    pin_ranks: bool = False,
     check: Callable[[Any], bool] | None = None,
     description: str = "",
     keep: Sequence[str] = (),
 ) -> Pattern:
     """A pattern whose search is ``search_fn`` traced on ``example_args``.
 
-    Tensors in ``example_args`` give only rank, sizes and dtype (use distinct sizes, so views
-    are told apart); a float stands for a scalar parameter and binds it by name. ``replace``
+    Tensors in ``example_args`` are only something to trace on: the pattern matches any rank,
+    size and dtype (use distinct sizes, so views are told apart; a view keeps its traced rank,
+    and a ``dim`` counts from the end, so extra leading dims match). Pin what must hold with
+    ``where`` (``{"x": Where(rank=2, dtype=torch.float32)}``), or every op's traced rank with
+    ``pin_ranks=True``. A float stands for a scalar parameter and binds it by name. ``replace``
     (or ``build``) receives the bindings by the search function's parameter names.
     """
     params = list(inspect.signature(search_fn).parameters)
@@ -163,7 +191,7 @@ def from_trace(
     specs = tuple(
         (tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in example_args
     )
-    search = TracedSearch(search_fn, tuple(params), specs, tuple(sorted((where or {}).items())))
+    search = TracedSearch(search_fn, tuple(params), specs, tuple(sorted((where or {}).items())), pin_ranks)
     return Pattern(
         name=name or search_fn.__name__,
         search=search,

@@ -93,8 +93,26 @@ def _locate(reference: str | Path, registry: Registry, referrer: tuple[Path, str
     file = display_path(path)
     if not path.is_file():
         shown = file if referrer is not None else str(reference)
-        raise PipelineError(f"{prefix}: pipeline file not found: {shown}")
+        hint = _missing_file_hint(path, registry, referrer[0] if referrer else None)
+        raise PipelineError(f"{prefix}: pipeline file not found: {shown}{hint}")
     return path, file
+
+
+def _missing_file_hint(path: Path, registry: Registry, referrer: Path | None) -> str:
+    """Did-you-mean for a missing file: a registered pipeline written as a file name
+    (``training-python.toml`` for ``training-python``), else a close file beside it, else a
+    close pipeline name. Stems are compared, since a shared ``.toml`` makes any two names alike."""
+    stem = path.stem if path.suffix == ".toml" else path.name
+    if stem in registry.pipelines:
+        return f"; did you mean the pipeline {stem!r} (a name, without .toml)?"
+    try:
+        siblings = {sibling.stem: sibling for sibling in path.parent.glob("*.toml") if sibling.is_file()}
+    except OSError:
+        siblings = {}
+    if referrer is not None:
+        siblings = {name: sibling for name, sibling in siblings.items() if sibling.resolve() != referrer.resolve()}
+    hint = did_you_mean(stem, siblings, template="'{}.toml'")
+    return hint or did_you_mean(stem, registry.pipelines, template="the pipeline '{}'")
 
 
 def _resolve(path: Path, file: str, registry: Registry, chain: tuple[tuple[Path, str], ...]) -> Draft:

@@ -7,6 +7,7 @@ Every message is one line that starts with the file name, e.g.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -39,11 +40,12 @@ def did_you_mean(word: str, candidates: Iterable[str], *, template: str = "'{}'"
 
 
 def display_path(path: Path) -> str:
-    """The path relative to the working directory when it lies below it, else as absolute."""
+    """The path relative to the working directory when it lies below it, else as absolute,
+    without ``..`` segments either way."""
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except (ValueError, OSError):
-        return str(path.absolute())
+        return os.path.normpath(path.absolute())
 
 
 def toml_key(key: str) -> str:

@@ -23,6 +23,7 @@ from passkit.pipeline.messages import (
     display_path,
     first_validation_error,
 )
+from passkit.pipeline.scalars import scalar_mismatch
 
 if TYPE_CHECKING:
     from passkit.pass_api import Pass
@@ -146,6 +147,9 @@ class Pipeline:
                 raise PipelineError(f"passkit: unknown setting {key!r}{hint}")
         if isinstance(given.get("dump_dir"), Path):
             given["dump_dir"] = str(given["dump_dir"])
+        mismatch = scalar_mismatch(model, given, render=repr)
+        if mismatch is not None:
+            raise PipelineError(f"passkit: settings{mismatch[0]}: {mismatch[1]}")
         try:
             settings = model.model_validate({**self.settings.model_dump(), **given}, strict=True)
         except pydantic.ValidationError as exc:

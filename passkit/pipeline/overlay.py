@@ -26,6 +26,7 @@ from passkit.pipeline.messages import (
 )
 from passkit.pipeline.list_edits import edit_list, is_list_edit, item_origin_key
 from passkit.pipeline.model import Pipeline, Settings, Step
+from passkit.pipeline.scalars import scalar_mismatch
 from passkit.pipeline.schema import (
     FIXED_STEP_KEYS,
     OVERRIDE_KEYS,
@@ -120,6 +121,13 @@ def check_top_level(doc: dict[str, Any], file: str) -> None:
             raise _fail(f"{file}: unknown top-level key {key!r}{did_you_mean(key, TOP_LEVEL_TABLES)}")
 
 
+def _check_scalars(model: type[pydantic.BaseModel], values: dict[str, Any], where: str) -> None:
+    """Refuse a value of another scalar kind than its field's, before pydantic could coerce it."""
+    found = scalar_mismatch(model, values)
+    if found is not None:
+        raise _fail(f"{where}{found[0]}: {found[1]}")
+
+
 def _unknown_key(where: str, key: str, known: list[str] | tuple[str, ...], what: str) -> PipelineError:
     hint = did_you_mean(key, known) or f"; {what} are {', '.join(known)}"
     return _fail(f"{where}.{key}: unknown key{hint}")
@@ -131,6 +139,7 @@ def read_header(doc: dict[str, Any], file: str) -> PipelineHeader:
     for key in table:
         if key not in PIPELINE_KEYS:
             raise _unknown_key(f"{file}: pipeline", key, PIPELINE_KEYS, "[pipeline] keys")
+    _check_scalars(PipelineHeader, table, f"{file}: pipeline")
     try:
         return PipelineHeader.model_validate(table)
     except pydantic.ValidationError as exc:
@@ -164,6 +173,7 @@ def _apply_settings(draft: Draft, table: dict[str, Any], file: str, model: type[
     for key in table:
         if key not in known:
             raise _unknown_key(f"{file}: settings", key, known, "settings")
+    _check_scalars(model, table, f"{file}: settings")
     merged = {**draft.settings, **table}
     try:
         model.model_validate(merged, strict=True)
@@ -189,6 +199,7 @@ def validate_options(
             if not hint:
                 hint = f"; {pass_.name} takes {', '.join(accepted)}" if accepted else f"; {pass_.name} takes no options"
             raise _fail(f"{where}.{key}: unknown option{hint}")
+    _check_scalars(pass_.options_model, values, where)
     try:
         return pass_.options(registry=registry, **values)
     except pydantic.ValidationError as exc:
@@ -200,6 +211,7 @@ def _split_header(
     model: type[HeaderT], keys: tuple[str, ...], raw: dict[str, Any], where: str
 ) -> tuple[HeaderT, dict[str, Any]]:
     """Validate a table's envelope keys with ``model``; the other keys are the pass's options."""
+    _check_scalars(model, {key: raw[key] for key in keys if key in raw}, where)
     try:
         header = model.model_validate({key: raw[key] for key in keys if key in raw})
     except pydantic.ValidationError as exc:

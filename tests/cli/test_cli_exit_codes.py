@@ -77,3 +77,53 @@ def test_exit_4_when_a_step_raises(cli, planted) -> None:
         "planted.toml: steps[0] (planted.explode) failed: RuntimeError: planted failure "
         "(after: functionalize, decompose, joint) (reproducer: passkit-repro/04-planted.explode)"
     )
+
+
+def test_exit_4_from_bisect_when_the_first_bad_step_raises(cli, planted) -> None:
+    result = cli.invoke(main, ["bisect", _pipeline(planted, "planted.explode"), "--model", "planted_bugs:tiny"])
+    assert result.exit_code == 4, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "first bad step: planted.toml: steps[0] (planted.explode)"
+    assert lines[1].startswith("  graph 1, training: crash: planted.toml: steps[0] (planted.explode) failed: RuntimeError: planted failure")
+
+
+def test_exit_4_from_repro_when_the_step_raises_again_and_1_when_it_changes_numerics_again(cli, planted) -> None:
+    raised = _run(cli, _pipeline(planted, "planted.explode"))
+    assert raised.exit_code == 4, raised.output
+    replayed = cli.invoke(main, ["repro", "passkit-repro/04-planted.explode"])
+    assert replayed.exit_code == 4, replayed.output
+    assert replayed.stdout.startswith(
+        "reproduced (crash): passkit-repro/04-planted.explode/pipeline.toml: steps[3] (planted.explode) failed: "
+        "RuntimeError: planted failure"
+    )
+    changed = _run(cli, _pipeline(planted, "planted.scale_add", settings='verify = "numerics"\n'))
+    assert changed.exit_code == 1, changed.output
+    replayed = cli.invoke(main, ["repro", "passkit-repro/04-planted.scale_add"])
+    assert replayed.exit_code == 1, replayed.output
+    assert replayed.stdout.startswith("reproduced (numerics): ")
+    assert replayed.stdout.rstrip().endswith(" (rtol 0.0001, atol 1e-05)")
+
+
+def test_exit_2_from_validate_and_explain_on_a_bad_file_and_0_on_a_good_one(cli, planted) -> None:
+    (planted / "bad.toml").write_text('[pipeline]\nname = "bad"\nextends = "nope.toml"\n')
+    for command in ("validate", "explain"):
+        assert cli.invoke(main, [command, FIXED_TRAINING]).exit_code == 0
+        result = cli.invoke(main, [command, "bad.toml"])
+        assert result.exit_code == 2, result.output
+
+
+def test_a_step_that_raises_writes_its_verdict_into_the_html_report(cli, planted) -> None:
+    result = cli.invoke(main, ["run", _pipeline(planted, "planted.explode"), "--model", "planted_bugs:tiny", "--report", "run.html"])
+    assert result.exit_code == 4, result.output
+    page = (planted / "run.html").read_text()
+    assert '<p class="verdict bad"><b>verdict: STEP FAILED, exit code 4</b></p>' in page
+    assert "<p>planted.toml: steps[0] (planted.explode) failed: RuntimeError: planted failure" in page
+
+
+def test_a_fallback_to_eager_writes_its_verdict_into_the_html_report(cli, planted) -> None:
+    file = _pipeline(planted, "planted.explode", settings='on_error = "eager"\n')
+    result = cli.invoke(main, ["run", file, "--model", "planted_bugs:tiny", "--report", "run.html"])
+    assert result.exit_code == 3, result.output
+    page = (planted / "run.html").read_text()
+    assert '<p class="verdict bad"><b>verdict: FELL BACK TO EAGER (rtol 0.0001, atol 1e-05), exit code 3</b></p>' in page
+    assert "<p>the compile failed: planted.toml: steps[0] (planted.explode) failed: RuntimeError: planted failure" in page

@@ -7,6 +7,11 @@ import re
 from pathlib import Path
 
 from passkit.cli import main
+from passkit.hookspecs import hookimpl
+from passkit.pass_api import graph_pass
+from passkit.plugins import make_plugin_manager
+from passkit.program import Program
+from passkit.registry import build_registry
 
 
 def test_passes_lists_contract_options_and_summary(cli, registry) -> None:
@@ -48,6 +53,7 @@ def test_passes_json_describes_each_pass(cli, registry) -> None:
         "invalidates": [],
         "training_only": False,
         "version": "1",
+        "tolerance": None,
         "options": [
             {"name": "limit", "type": "int", "default": 100, "required": False},
             {"name": "keep", "type": "list[str]", "default": ["aten.gelu"], "required": False},
@@ -55,6 +61,34 @@ def test_passes_json_describes_each_pass(cli, registry) -> None:
         "fingerprint": fold["fingerprint"],
     }
     assert re.fullmatch(r"t\.fold@1:[0-9a-f]{16}", fold["fingerprint"])
+
+
+def test_passes_show_a_declared_tolerance(cli, monkeypatch) -> None:
+    @graph_pass("t.gelu_tanh", tolerance=(1e-3, 1e-4))
+    def gelu_tanh(program: Program) -> bool:
+        """Approximate GELU with tanh."""
+        return False
+
+    class Approximate:
+        @hookimpl
+        def passkit_register_passes(self) -> list:
+            return [gelu_tanh]
+
+    pm = make_plugin_manager(load_entry_points=False, builtins=False)
+    pm.register(Approximate(), name="approx")
+    built = build_registry(pm)
+    monkeypatch.setattr("passkit.registry.get_registry", lambda: built)
+    text = cli.invoke(main, ["passes"])
+    assert text.exit_code == 0
+    assert text.stdout == (
+        "t.gelu_tanh  (plugin approx)\n"
+        "  Approximate GELU with tanh.\n"
+        "  requires: -; produces: -; invalidates: -\n"
+        "  tolerance: rtol=0.001, atol=0.0001\n"
+        "  options: none\n"
+    )
+    listed = cli.invoke(main, ["passes", "--json"])
+    assert json.loads(listed.stdout)[0]["tolerance"] == {"rtol": 0.001, "atol": 0.0001}
 
 
 def test_passes_json_names_the_distribution_of_builtins(cli) -> None:
@@ -99,3 +133,12 @@ def test_pipelines_shows_installed_files_relative_to_their_package(tmp_path, mon
     assert short_path(package / "fast.toml") == "acme_pkg/pipelines/fast.toml"
     assert short_path(elsewhere / "mine.toml") == "mine.toml"
     assert short_path(tmp_path / "loose.toml") == str(tmp_path / "loose.toml")  # nothing shorter is true
+
+
+def test_passes_shows_a_tolerance_declared_per_options(cli) -> None:
+    listed = cli.invoke(main, ["passes", "--json"])
+    assert listed.exit_code == 0, listed.output
+    rewrite = next(entry for entry in json.loads(listed.stdout) if entry["name"] == "rewrite")
+    assert rewrite["tolerance"] == "per options"
+    text = cli.invoke(main, ["passes"]).stdout.splitlines()
+    assert "  tolerance: per options (The loosest of the pattern sets the step applies)" in text

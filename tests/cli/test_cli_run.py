@@ -30,6 +30,8 @@ class FakeCheckResult:
     buffers_max_diff: float | None = None
     mismatches: list[str] = field(default_factory=list)
     fallbacks: list[str] = field(default_factory=list)
+    rtol: float = 1e-4
+    atol: float = 1e-5
 
     def to_json(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "ok": self.ok, "reports": [r.to_json() for r in self.reports]}
@@ -101,7 +103,7 @@ def test_run_prints_one_numbered_row_per_step_as_it_goes_and_the_verdict(cli, fa
     assert result.stderr == "passkit run: compiling pkg.mod:make with good (2 steps) ...\n"
     assert result.stdout == TABLE + "\n" + (
         "ok: good on passkit.examples:block (training) vs eager: "
-        "outputs max |diff| 1.2e-07, grads max |diff| 3.5e-07\n"
+        "outputs max |diff| 1.2e-07, grads max |diff| 3.5e-07 (rtol 0.0001, atol 1e-05)\n"
     )
 
 
@@ -112,7 +114,7 @@ def test_run_exits_1_on_a_numeric_mismatch(cli, fake_check) -> None:
     # The rows streamed as the steps ran; the verdict is the last line.
     assert result.stdout.splitlines()[-1] == (
         "MISMATCH: good on passkit.examples:block (inference) vs eager: "
-        "outputs max |diff| 3.0e-02, grads max |diff| n/a"
+        "outputs max |diff| 3.0e-02, grads max |diff| n/a (rtol 0.0001, atol 1e-05)"
     )
 
 
@@ -125,7 +127,7 @@ def test_run_verdict_names_the_first_mismatch_and_buffers(cli, fake_check) -> No
     assert result.exit_code == 1
     assert result.stdout.splitlines()[-1] == (
         "MISMATCH: good on passkit.examples:block (training) vs eager: outputs max |diff| 5.0e-01, "
-        "grads max |diff| 2.0e-03, buffers max |diff| 0.0e+00; first mismatch: output[0]: max |diff| 5.0e-01 "
+        "grads max |diff| 2.0e-03, buffers max |diff| 0.0e+00 (rtol 0.0001, atol 1e-05); first mismatch: output[0]: max |diff| 5.0e-01 "
         "(+1 more)"
     )
 

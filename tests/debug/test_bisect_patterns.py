@@ -25,11 +25,11 @@ def planted(register_passkit_plugin, tmp_path, monkeypatch):
     return tmp_path
 
 
-def _pipeline(folder: Path, patterns: str, *, after: str = "functionalize") -> passkit.Pipeline:
+def _pipeline(folder: Path, patterns: str, *, after: str = "functionalize", extra: str = "") -> passkit.Pipeline:
     path = folder / "patterns.toml"
     path.write_text(
         f'[pipeline]\nname = "patterns"\nextends = "{FIXED_TRAINING}"\n\n'
-        f'[[steps]]\npass = "rewrite"\npatterns = {patterns}\nafter = "{after}"\n'
+        f'[[steps]]\npass = "rewrite"\npatterns = {patterns}\nafter = "{after}"\n{extra}'
     )
     return passkit.load_pipeline(str(path))
 
@@ -61,6 +61,21 @@ def test_bisect_names_the_first_bad_pattern_application_among_good_ones(planted)
     outcome = confirm(path, graphs[0].program, graphs[0].reference, pm=get_plugin_manager(), registry=get_registry(),
                       expected="numerics", bisection=result)
     assert (outcome.kind, outcome.repro) == ("numerics", "passkit-repro/02-rewrite")
+
+
+@pytest.mark.slow
+def test_expect_match_does_not_hide_the_bad_application(planted) -> None:
+    # Bisection vetoes every application in its first trial; a vetoed match still counts as a
+    # match, so expect_match does not fail that trial and the search goes on to one application.
+    pipeline = _pipeline(planted, '["planted"]', extra="expect_match = true\n")
+    results, _ = bisect_model(pipeline, "planted_bugs:chain", pm=get_plugin_manager(), registry=get_registry())
+    (result,) = results
+    assert pipeline.where(result.first_bad) == "patterns.toml: steps[0] (rewrite)"
+    assert result.pattern_application == passkit.Application(
+        index=1, kind="pattern", name="planted:scale_add", group="planted", graph="main", nodes=("add",), source=ADD_LINE
+    )
+    searched = [(t.get("applications"), t["outcome"]) for t in result.trials if "applications" in t]
+    assert searched[0] == (0, "good")
 
 
 @pytest.mark.slow

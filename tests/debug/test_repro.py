@@ -55,7 +55,7 @@ def _fail(pipeline: str, error: type[Exception]) -> str:
 def test_a_numerics_change_writes_a_reproducer_named_in_the_error(planted) -> None:
     message = _fail(_pipeline(planted, "planted.scale_add", after="joint"), passkit.VerificationError)
     assert message.startswith("planted.toml: steps[0] (planted.scale_add) changed numerics: max |diff| ")
-    assert message.endswith(" of graph joint (reproducer: passkit-repro/04-planted.scale_add)")
+    assert message.endswith(" of graph joint (rtol 0.0001, atol 1e-05) (reproducer: passkit-repro/04-planted.scale_add)")
     folder = planted / "passkit-repro" / "04-planted.scale_add"
     assert sorted(p.name for p in folder.iterdir()) == [
         "graphs", "inputs.pt", "manifest.json", "pipeline.toml", "program.json", "program.pkl",

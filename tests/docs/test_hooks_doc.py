@@ -218,7 +218,7 @@ def test_register_settings_example_is_accepted_and_validated(tmp_path: Path) -> 
     bad.write_text('[pipeline]\nextends = "inference-python"\n[settings]\nacme_trace = "yes"\n')
     with pytest.raises(passkit.PipelineError) as caught:
         load_pipeline(str(bad), registry=registry)
-    assert str(caught.value) == f"{bad}: settings.acme_trace: Input should be a valid boolean"
+    assert str(caught.value) == f"{bad}: settings.acme_trace: expected a boolean, got a string (\"yes\")"
 
 
 def test_a_setting_two_plugins_declare_is_refused(tmp_path: Path) -> None:

@@ -46,9 +46,9 @@ class Reference:
         self.calls = 0
         self.tolerances: list[tuple[float, float]] = []
 
-    def compare(self, program, *, rtol: float, atol: float) -> str | None:
+    def compare(self, program, tolerance: tuple[float, float]) -> str | None:
         self.calls += 1
-        self.tolerances.append((rtol, atol))
+        self.tolerances.append(tuple(tolerance))
         return self.answers.pop(0)
 
 

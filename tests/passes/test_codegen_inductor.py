@@ -303,3 +303,29 @@ def test_inductors_cache_never_serves_donating_code_to_a_backward_without_donati
         _step(eager, x, retain=True)
         _step(compiled, x, retain=True)
         _assert_same_grads(twin, eager)
+
+
+def test_a_long_codegen_beats_with_the_kernels_generated_so_far(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+    import re
+
+    from passkit import progress
+
+    monkeypatch.setattr(progress, "STARTED_AFTER_S", 0.01)
+    monkeypatch.setattr(progress, "HEARTBEAT_EVERY_S", 0.02)
+    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)  # generate kernels, not load them
+    torch._dynamo.reset()
+    eager, twin, x = _models("mlp")
+    compiled = passkit.compile(twin, pipeline="training", cache="off")
+    with caplog.at_level(logging.INFO, logger="passkit"):
+        compiled(x)
+    lines = [r.getMessage() for r in caplog.records if "codegen.inductor" in r.getMessage()]
+    total = len(passkit.load_pipeline("training").steps)
+    assert re.fullmatch(rf"\[{total}/{total}\] codegen\.inductor: started, running for \d+\.\d s", lines[0]), lines
+    beats = [re.fullmatch(rf"\[{total}/{total}\] codegen\.inductor: still running, \d+\.\d s, (\d+) kernels generated so far", line)
+             for line in lines[1:-1]]
+    assert beats and all(beats), lines
+    assert int(beats[-1].group(1)) > 0, lines  # type: ignore[union-attr]
+    assert re.fullmatch(rf"\[{total}/{total}\] codegen\.inductor: unchanged, .*", lines[-1]), lines

@@ -7,6 +7,7 @@ from pathlib import Path
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from passkit.patterns import ANY, Alt, Op, Pattern, PatternSet, Var, Where, from_trace
@@ -71,3 +72,24 @@ def traced() -> Pattern:
 
 def test_alternatives_are_data_too() -> None:
     assert Alt(1, 2) == Alt(1, 2) and Alt(1, 2) != Alt(2, 1)
+
+
+def test_two_patterns_of_one_name_in_a_set_are_an_error() -> None:
+    one = Pattern("neg", Op(aten.neg.default, Var("x")), build=_keep)
+    with pytest.raises(ValueError) as info:
+        PatternSet("acme:negs", (one, one))
+    assert str(info.value) == "pattern set 'acme:negs' has two patterns named 'neg'"
+
+
+def test_one_rule_for_several_overloads_is_one_pattern_with_alternatives() -> None:
+    from passkit.patterns.sets.noops import noops_set
+
+    names = [p.name for p in noops_set().patterns]
+    assert names == ["view", "unsafe_view", "reshape", "expand", "alias", "mul_one", "div_one", "sub_zero", "add_zero"]
+    (mul_one,) = [p for p in noops_set().patterns if p.name == "mul_one"]
+    assert [o.target for o in mul_one.search.options] == [aten.mul.Tensor, aten.mul.Scalar]
+
+
+def test_a_where_shows_only_what_it_asks() -> None:
+    assert repr(Where(rank=2)) == "Where(rank=2)"
+    assert repr(Where(dtype=(torch.float32,), shape=(None, "k"))) == "Where(dtype=(torch.float32,), shape=(None, 'k'))"

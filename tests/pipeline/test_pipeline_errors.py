@@ -7,6 +7,8 @@ import pytest
 from passkit.errors import PasskitError, PipelineError
 from passkit.pipeline import load_pipeline
 
+TRAINING_PYTHON = "[[steps]]\npass = 'codegen.python'\n"
+
 CASES = {
     "malformed TOML": (
         '[pipeline]\nname = "x"\n[[steps]]\npass = fx.dce\n',
@@ -87,7 +89,7 @@ CASES = {
     ),
     "wrong type inside a list option": (
         "[[steps]]\npass = 'decompose'\ntables = [1]\n",
-        "x.toml: steps[0] (decompose).tables[0]: Input should be a valid string",
+        "x.toml: steps[0] (decompose).tables[0]: expected a string, got an integer (1)",
     ),
     "option rejected by the pass's validator": (
         "[[steps]]\npass = 'partition.torch_min_cut'\nmemory_budget = 1.5\n",
@@ -99,7 +101,7 @@ CASES = {
     ),
     "bad enabled": (
         "[[steps]]\npass = 'fx.dce'\nenabled = 'no'\n",
-        "x.toml: steps[0] (fx.dce).enabled: Input should be a valid boolean",
+        "x.toml: steps[0] (fx.dce).enabled: expected a boolean, got a string (\"no\")",
     ),
     "bad id": (
         "[[steps]]\npass = 'fx.dce'\nid = 'my dce'\n",
@@ -188,6 +190,41 @@ def test_missing_file(write, registry):
     with pytest.raises(PipelineError) as info:
         load_pipeline("nope.toml", registry=registry)
     assert str(info.value) == "passkit: pipeline file not found: nope.toml"
+
+
+@pytest.mark.parametrize("extends", [True, False], ids=["from-extends", "from-the-command-line"])
+def test_a_registered_pipeline_written_as_a_file_name_is_suggested_by_name(write, registry, extends):
+    registry.pipelines["training-python"] = write("lib/training-python.toml", "[[steps]]\npass = 'codegen.python'\n")
+    write("x.toml", "[pipeline]\nextends = 'training-python.toml'\n")
+    with pytest.raises(PipelineError) as info:
+        load_pipeline("x.toml" if extends else "training-python.toml", registry=registry)
+    prefix = "x.toml: extends" if extends else "passkit"
+    assert str(info.value) == (
+        f"{prefix}: pipeline file not found: training-python.toml; "
+        "did you mean the pipeline 'training-python' (a name, without .toml)?"
+    )
+
+
+def test_a_missing_file_suggests_a_close_file_beside_it_then_a_close_pipeline(write, registry):
+    registry.pipelines["training"] = write("lib/training.toml", "[[steps]]\npass = 'codegen.python'\n")
+    write("base.toml", TRAINING_PYTHON)
+    write("x.toml", "[pipeline]\nextends = 'bsae.toml'\n")
+    write("y.toml", "[pipeline]\nextends = 'trainig.toml'\n")
+    with pytest.raises(PipelineError) as info:
+        load_pipeline("x.toml", registry=registry)
+    assert str(info.value) == "x.toml: extends: pipeline file not found: bsae.toml; did you mean 'base.toml'?"
+    with pytest.raises(PipelineError) as info:
+        load_pipeline("y.toml", registry=registry)
+    assert str(info.value) == "y.toml: extends: pipeline file not found: trainig.toml; did you mean the pipeline 'training'?"
+
+
+def test_a_missing_file_outside_the_working_directory_is_shown_normalised(write, registry, tmp_path, monkeypatch):
+    write("bad/x.toml", "[pipeline]\nextends = '../base/missing.toml'\n")
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    with pytest.raises(PipelineError) as info:
+        load_pipeline(str(tmp_path / "bad" / "x.toml"), registry=registry)
+    assert str(info.value) == f"{tmp_path}/bad/x.toml: extends: pipeline file not found: {tmp_path}/base/missing.toml"
 
 
 def test_unknown_pipeline_name(write, registry):

@@ -370,7 +370,7 @@ def test_list_edits_chain_through_several_overlays(write, registry):
             "over.toml: override.decompose.keep.adds: unknown list edit; did you mean 'add'?",
         ),
         ("keep.add = 'aten.silu.default'", "over.toml: override.decompose.keep.add: expected a list of items"),
-        ("keep.add = [3]", "over.toml: override.decompose.keep[2]: Input should be a valid string"),
+        ("keep.add = [3]", "over.toml: override.decompose.keep[2]: expected a string, got an integer (3)"),
     ],
 )
 def test_bad_list_edits_are_one_line_errors(write, registry, edit, message):

@@ -157,6 +157,8 @@ def _make_pattern(scale_how: str, mask_how: str) -> Pattern:
         search, (q, k, v, scale, mask), build=_Replacement(scale_how), name=f"{scale_how}_{mask_how}",
         # A masked form is worth more than the unmasked one it contains.
         benefit=3 if mask_how != "none" else 2, check=check,
+        # Rank 4 (batch, heads, sequence, head dim) is what SDPA's replacement is built for.
+        pin_ranks=True,
         description=f"softmax(q @ kᵀ ({scale_how}) {mask_how}) @ v -> scaled_dot_product_attention",
         keep=_KEEP,
     )

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from passkit.patterns.model import ANY, Op, Pattern, PatternSet, Var
+from passkit.patterns.model import ANY, Alt, Op, Pattern, PatternSet, Var
 
 __all__ = ["noops_set"]
 
@@ -94,8 +94,7 @@ def noops_set() -> PatternSet:
         ("sub_zero", (aten.sub.Tensor, aten.sub.Scalar), _minus_zero),
         ("add_zero", (aten.add.Tensor, aten.add.Scalar), _plus_zero),
     ):
-        for op in ops:
-            patterns.append(
-                Pattern(name, Op(op, Var("x"), Var("other")), build=_keep_input, check=_identity_check(rule))
-            )
+        # One rule, one name: its overloads are alternatives of one search.
+        search = Alt(*(Op(op, Var("x"), Var("other")) for op in ops))
+        patterns.append(Pattern(name, search, build=_keep_input, check=_identity_check(rule)))
     return PatternSet("noops", tuple(patterns), "views to the same shape, x*1, x/1, x-0, x+(-0.0)")

@@ -29,6 +29,17 @@ def test_removes_each_noop_and_keeps_numerics(make_program) -> None:
     assert program.stats["applied"] == {"noops:div_one": 1, "noops:mul_one": 1, "noops:sub_zero": 1, "noops:view": 2}
 
 
+def test_both_overloads_of_one_rule_count_under_its_one_name(make_program) -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return (torch.ops.aten.mul.Scalar(x, 1) * 1).sin()
+
+    program = make_program(fn, torch.randn(4, 3))
+    assert {"aten.mul.Scalar", "aten.mul.Tensor"} <= set(targets(program))
+    assert assert_pass_preserves_numerics("rewrite", program, patterns=["noops"]) is True
+    assert targets(program) == ["aten.sin.default"]
+    assert program.stats["applied"] == {"noops:mul_one": 2}
+
+
 def test_training_graph_keeps_gradients(make_program) -> None:
     def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return ((x * 1) @ w).view(4, 2).tanh() / 1
