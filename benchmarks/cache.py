@@ -25,7 +25,21 @@ taken within the run. Numerics of warm and cold are compared exactly.
 
 Target: warm ``compile`` <= 0.2 x cold ``compile`` (exit status 1 otherwise).
 
-Run: ``python benchmarks/cache.py [--rounds 3] [--pipeline training] [--model default|small]``.
+``--loop mistral`` measures a warm restart instead: a Mistral-style training loop
+(``transformers.MistralConfig`` at its defaults but for small sizes: 2 layers, d=64, 4 heads, 2
+KV heads, vocabulary 256; sequence 16) whose batch size changes 2 -> 3 -> 4, so that the second
+size recompiles with a symbolic batch and the third reuses it, plus three more steps at
+batch 4. Contenders, each a fresh process: ``passkit`` (``passkit.compile`` with ``--pipeline``)
+and ``inductor`` (``torch.compile``, its FX graph cache and AOT autograd cache on), each with
+its own cache folders. Per round: each contender runs cold (empty folders), then warm (the
+folders its cold run filled); the contenders' order alternates round by round. Figures per
+process: ``loop``, the wall time of the six training steps (compiles or cache loads included),
+and ``process``, the whole process from start to exit. Medians are quoted, with passkit/inductor
+ratios. Target: passkit's warm ``loop`` <= Inductor's (exit status 1 otherwise). Warm losses
+must equal cold ones exactly, per contender. Figures: docs/cache.md.
+
+Run: ``python benchmarks/cache.py [--rounds 3] [--pipeline training] [--model default|small]``
+or ``python benchmarks/cache.py --loop mistral [--rounds 3] [--pipeline training]``.
 """
 
 from __future__ import annotations
@@ -124,6 +138,94 @@ def child(pipeline: str, model_name: str) -> None:
     }))
 
 
+MISTRAL_BATCHES = (2, 3, 4, 4, 4, 4)
+MISTRAL_FIGURES = ("loop", "process")
+
+
+def mistral_child(contender: str, pipeline: str) -> None:
+    """One process of the Mistral loop: build, compile, train six steps; print one JSON line."""
+    cache_lines = _Lines()
+    import torch
+    import transformers
+
+    config = transformers.MistralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                                        max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = transformers.MistralForCausalLM(config).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    if contender == "passkit":
+        import passkit
+
+        compiled = passkit.compile(model, pipeline=pipeline)
+    else:
+        compiled = torch.compile(model)
+    losses = []
+    started = time.perf_counter()
+    for step, batch in enumerate(MISTRAL_BATCHES):
+        ids = torch.randint(0, config.vocab_size, (batch, 16), generator=torch.Generator().manual_seed(step))
+        loss = compiled(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+    loop = time.perf_counter() - started
+    from torch._dynamo.utils import counters  # not passkit's helper: the inductor process never imports passkit
+
+    reports = getattr(compiled, "passkit_reports", [])
+    print(json.dumps({
+        "loop": loop,
+        "hits": [r.cache for r in reports],
+        "load_ms": [round(r.load_seconds * 1000, 1) for r in reports],
+        "inductor": {kind: int(counters["inductor"].get(f"fxgraph_cache_{kind}", 0)) for kind in ("hit", "miss", "bypass")},
+        "cache_log": cache_lines.lines,
+        "losses": losses,
+    }))
+
+
+def run_mistral_child(folder: Path, contender: str, pipeline: str) -> dict:
+    env = {**os.environ, "PASSKIT_CACHE_DIR": str(folder / "passkit"), "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"),
+           "TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, __file__, "--child", "--loop", "mistral", "--contender", contender,
+                           "--pipeline", pipeline], env=env, capture_output=True, text=True, timeout=3600)
+    process = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"child failed:\n{done.stderr}")
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "process": process}
+
+
+def mistral_main(rounds: int, pipeline: str) -> int:
+    contenders = ["passkit", "inductor"]
+    results: dict[tuple[str, str], list[dict]] = {(c, k): [] for c in contenders for k in ("cold", "warm")}
+    for round_index in range(rounds):
+        order = contenders if round_index % 2 == 0 else contenders[::-1]
+        with tempfile.TemporaryDirectory() as folder:
+            for kind in ("cold", "warm"):
+                for contender in order:
+                    r = run_mistral_child(Path(folder) / contender, contender, pipeline)
+                    results[(contender, kind)].append(r)
+                    extra = f", passkit cache {r['hits']} (load ms {r['load_ms']})" if contender == "passkit" else ""
+                    print(f"round {round_index + 1} {contender:8} {kind}: loop {r['loop']:.2f} s, process {r['process']:.2f} s"
+                          f"{extra}, Inductor FX cache {r['inductor']}"
+                          + "".join(f"\n  passkit.cache: {line}" for line in r["cache_log"]), flush=True)
+        for contender in contenders:
+            cold, warm = results[(contender, "cold")][-1], results[(contender, "warm")][-1]
+            if cold["losses"] != warm["losses"]:
+                print(f"NUMERICS DIFFER ({contender}): cold {cold['losses']} vs warm {warm['losses']}")
+                return 1
+    med = {key: {f: statistics.median(r[f] for r in runs) for f in MISTRAL_FIGURES} for key, runs in results.items()}
+    print(f"\nMistral-style loop (batches {'-'.join(map(str, MISTRAL_BATCHES))}), passkit pipeline {pipeline}, "
+          f"{rounds} rounds, medians (s):")
+    print(f"{'':18}" + "".join(f"  {f:>8}" for f in MISTRAL_FIGURES))
+    for (contender, kind), figures in med.items():
+        print(f"{contender + ' ' + kind:18}" + "".join(f"  {figures[f]:8.2f}" for f in MISTRAL_FIGURES))
+    ratio = {f: med[("passkit", "warm")][f] / med[("inductor", "warm")][f] for f in MISTRAL_FIGURES}
+    print(f"warm restart, passkit/inductor: loop {ratio['loop']:.2f}x, process {ratio['process']:.2f}x (target loop <= 1.0x)")
+    return 0 if ratio["loop"] <= 1.0 else 1
+
+
 def run_child(cache: Path, inductor_cache: Path, pipeline: str, model: str) -> dict:
     env = {**os.environ, "PASSKIT_CACHE_DIR": str(cache), "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
@@ -139,8 +241,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pipeline", default="training")
     parser.add_argument("--model", choices=["default", "small"], default="default")
+    parser.add_argument("--loop", choices=["mistral"], default=None,
+                        help="time a warm restart of a Mistral-style loop against torch.compile's")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--contender", choices=["passkit", "inductor"], default="passkit", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.loop == "mistral":
+        if args.child:
+            mistral_child(args.contender, args.pipeline)
+            return 0
+        return mistral_main(args.rounds, args.pipeline)
     if args.child:
         child(args.pipeline, args.model)
         return 0

@@ -10,6 +10,9 @@ instead of running the steps. The key (``cache_key``) covers everything that dec
   which steps or pattern applications run);
 - the captured graphs' code, the values of constants they hold, the input metadata (shape,
   stride, dtype, device, ``requires_grad``; symbolic sizes by name) and the signature;
+- a symbolic program's signature (``_torch.symbolic_signature``: its shape environment's guards
+  and its symbols' ranges); the entry also stores the guards after compiling, and a hit adds
+  them to the loading process's shape environment (or compiles, if one fails for its sizes);
 - what a step's ``cache_context`` names outside the program and options (``codegen.inductor``:
   a digest of Inductor's global config with the step's settings applied);
 - the torch, Python and passkit versions, and the device;
@@ -24,6 +27,8 @@ temporary file in the same folder and renamed over the target (``os.replace``), 
 never see half an entry and concurrent writers of one key both succeed. An entry that fails
 its checks (truncated, corrupted, unloadable) is deleted with one warning line and the program
 is compiled again.
+The folder's size limit and least-recently-used eviction (a hit counts as a use) are
+``passkit.cache_folder``'s. A hit's report carries its own load time (``Report.load_seconds``).
 
 Compiled callables are stored as follows (the hook point for code generators):
 
@@ -57,7 +62,6 @@ import json
 import logging
 import os
 import platform
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -68,6 +72,18 @@ import torch
 from torch.fx import GraphModule
 
 from passkit import _torch
+from passkit.cache_folder import (
+    CACHE_ENV,
+    SUFFIX,
+    TEMP_SUFFIX,
+    CacheInfo,
+    cache_dir,
+    cache_info,
+    clear_cache,
+    evict,
+    remove_stale_temps,
+    touch,
+)
 from passkit.pass_api import passkit_source_digest
 
 if TYPE_CHECKING:
@@ -87,11 +103,8 @@ __all__ = [
     "clear_cache",
 ]
 
-CACHE_ENV = "PASSKIT_CACHE_DIR"
 FORMAT = 2  # 2: graphs stored node by node (1 pickled their code, which froze random draws into constants)
 MAGIC = b"passkit-cache-entry v1\n"
-SUFFIX = ".entry"
-TEMP_SUFFIX = ".tmp"
 STALE_TEMP_SECONDS = 3600.0  # a temp file this old belongs to a writer that died
 
 log = logging.getLogger("passkit.cache")
@@ -99,20 +112,6 @@ log = logging.getLogger("passkit.cache")
 
 class CorruptEntry(Exception):
     """An entry on disk that fails its checks; the message says which one."""
-
-
-def cache_dir() -> Path:
-    """``PASSKIT_CACHE_DIR``, else ``<user cache dir>/passkit`` (XDG, macOS or Windows rules)."""
-    configured = os.environ.get(CACHE_ENV, "").strip()
-    if configured:
-        return Path(configured).expanduser()
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
-    elif sys.platform == "darwin":
-        base = Path.home() / "Library" / "Caches"
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "passkit"
 
 
 def cache_enabled(pipeline: Pipeline) -> bool:
@@ -194,6 +193,7 @@ def cache_key(pipeline: Pipeline, program: Program, *, plugins: Iterable[str] = 
         **_plan_parts(pipeline, plugins),
         "graphs": _graphs_digest(program),
         "inputs": [_tensor_meta(x) for x in program.example_inputs],
+        "symbolic": _torch.symbolic_signature(program.example_inputs),
         "signature": repr(program.signature),
         "training": program.training,
         "facts": sorted(program.facts),
@@ -349,10 +349,12 @@ class CompileCache:
         return self.directory / f"{self.key}{SUFFIX}"
 
     def load(self, program: Program) -> Report | None:
-        """Fill ``program`` in place from the entry and return its report marked as a hit;
-        None when there is no entry (or it was corrupt, and is now deleted)."""
+        """Fill ``program`` in place from the entry and return its report marked as a hit, with
+        the time this load took; None when there is no entry (or it was corrupt, and is now
+        deleted), or when it was compiled under shape guards the program's sizes fail."""
         if not self.readable:
             return None
+        started = time.perf_counter()
         try:
             blob = self.path.read_bytes()
         except FileNotFoundError:
@@ -364,20 +366,34 @@ class CompileCache:
             entry = _torch.loads_graphs(_decode(blob))
             if not isinstance(entry, dict) or entry.get("key") != self.key:
                 raise CorruptEntry("the entry's key does not match its file name")
+        except Exception as exc:  # noqa: BLE001 - any failure to load means a bad entry
+            self._drop(exc)
+            return None
+        # Before loading the code: the guards its compile added must hold for these sizes, and
+        # the caller must check them from now on, as it would had this process compiled it.
+        if not _torch.install_shape_guards(program.example_inputs, entry.get("shape_guards", [])):
+            log.info("passkit: cache entry %s was compiled under shape guards these sizes fail; compiling", self.path.name)
+            return None
+        try:
             compiled = {name: _load_callable(stored) for name, stored in entry["compiled"].items()}
         except Exception as exc:  # noqa: BLE001 - any failure to load means a bad entry
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            log.warning("passkit: cache entry %s is corrupt (%s); deleted it, compiling again", self.path.name, reason)
+            self._drop(exc)
             return None
         program.graphs = entry["graphs"]
         program.signature = entry["signature"]
         program.facts = set(entry["facts"])
         program.compiled = compiled
+        touch(self.path)
         report: Report = entry["report"]
         report.cache = "hit"
+        report.load_seconds = time.perf_counter() - started
         return report
+
+    def _drop(self, exc: BaseException) -> None:
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        log.warning("passkit: cache entry %s is corrupt (%s); deleted it, compiling again", self.path.name, reason)
 
     def store(self, program: Program, report: Report) -> bool:
         """Write the compiled program and its report; False when a callable cannot be stored."""
@@ -395,6 +411,7 @@ class CompileCache:
             "signature": program.signature,
             "facts": sorted(program.facts),
             "compiled": stored,
+            "shape_guards": _torch.shape_guards(program.example_inputs),
             "report": dataclasses.replace(report, cache=""),
         }
         try:
@@ -404,58 +421,12 @@ class CompileCache:
             return False
         try:
             write_atomically(self.path, _encode(payload))
-            _remove_stale_temps(self.directory)
+            remove_stale_temps(self.directory, STALE_TEMP_SECONDS)
+            evicted = evict(self.directory, keep=self.path)
         except OSError as exc:
             log.warning("passkit: cannot write cache entry %s (%s)", self.path, exc)
             return False
+        if evicted:
+            log.info("passkit: evicted %d least recently used cache entr%s to stay under the size limit",
+                     len(evicted), "y" if len(evicted) == 1 else "ies")
         return True
-
-
-def _remove_stale_temps(directory: Path) -> None:
-    now = time.time()
-    for temp in directory.glob(f"*{TEMP_SUFFIX}"):
-        with contextlib.suppress(OSError):
-            if now - temp.stat().st_mtime > STALE_TEMP_SECONDS:
-                temp.unlink()
-
-
-# ---------------------------------------------------------------------------------------------
-# Inspection and cleanup (``passkit cache info`` / ``passkit cache clear``)
-
-
-@dataclass
-class CacheInfo:
-    """What the cache folder holds."""
-
-    directory: str
-    entries: int
-    bytes: int
-    incomplete: int  # temporary files of writers that have not finished (or died)
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def cache_info(directory: Path | None = None) -> CacheInfo:
-    """Count the entries and their size under ``directory`` (default ``cache_dir()``)."""
-    folder = directory or cache_dir()
-    entries = list(folder.glob(f"*{SUFFIX}")) if folder.is_dir() else []
-    temps = list(folder.glob(f"*{TEMP_SUFFIX}")) if folder.is_dir() else []
-    size = 0
-    for path in entries:
-        with contextlib.suppress(OSError):
-            size += path.stat().st_size
-    return CacheInfo(directory=str(folder), entries=len(entries), bytes=size, incomplete=len(temps))
-
-
-def clear_cache(directory: Path | None = None) -> int:
-    """Delete every entry and temporary file; return how many files were removed."""
-    folder = directory or cache_dir()
-    if not folder.is_dir():
-        return 0
-    removed = 0
-    for path in [*folder.glob(f"*{SUFFIX}"), *folder.glob(f"*{TEMP_SUFFIX}")]:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-            removed += 1
-    return removed

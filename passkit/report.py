@@ -128,6 +128,7 @@ class Report:
     graph: str = ""
     cache: str = ""  # "hit" when the compiled program was loaded from the compile cache
     verdict: Verdict | None = None  # the comparison with eager, when the run was compared
+    load_seconds: float = 0.0  # a hit: the time this process took to load it (no step ran)
 
     @property
     def changed_steps(self) -> list[str]:
@@ -136,7 +137,10 @@ class Report:
     def table(self) -> str:
         """Render a fixed-width table with one row per step and a summary line."""
         headers = TABLE_HEADERS
+        # A hit ran no step: its time column would only repeat the compiling process's figures.
         rows = [format_row(record) for record in self.records]
+        if self.cache == "hit":
+            rows = [(*row[:4], "-", *row[5:]) for row in rows]
         widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
         right_aligned = {0, 4}
 
@@ -146,7 +150,7 @@ class Report:
                 out.append(cell.rjust(widths[i]) if i in right_aligned else cell.ljust(widths[i]))
             return "  ".join(out).rstrip()
 
-        labels = [label for label in (self.graph, "cache hit" if self.cache == "hit" else "") if label]
+        labels = [label for label in (self.graph, "cache hit: no step ran" if self.cache == "hit" else "") if label]
         title = f"pipeline {self.pipeline}" + (f" ({', '.join(labels)})" if labels else "")
         body = [title, line(headers), line(tuple("-" * w for w in widths))]
         body.extend(line(row) for row in rows)
@@ -164,15 +168,18 @@ class Report:
             data["stats"] = {str(k): _plain(v) for k, v in record.stats.items()}
             steps.append(data)
         verdict = None if self.verdict is None else self.verdict.to_json()
-        return {"pipeline": self.pipeline, "graph": self.graph, "seconds": self.seconds, "cache": self.cache, "steps": steps,
-                "verdict": verdict}
+        return {"pipeline": self.pipeline, "graph": self.graph, "seconds": self.seconds, "cache": self.cache,
+                "load_seconds": self.load_seconds, "steps": steps, "verdict": verdict}
 
 
 def summary_line(report: Report) -> str:
-    """The line under the table: how many steps ran and changed the graphs, and the total time."""
+    """The line under the table: how many steps ran and changed the graphs, and the total time
+    (a hit: its load time, then the compiling process's figures)."""
     ran = sum(1 for r in report.records if r.status == "ran")
-    line = f"{ran} of {len(report.records)} steps ran, {len(report.changed_steps)} changed the graphs, {_ms(report.seconds)} in total"
-    return line + ("; loaded from the compile cache" if report.cache == "hit" else "")
+    if report.cache == "hit":
+        return (f"loaded from the compile cache in {_ms(report.load_seconds)}, no step ran (the process that "
+                f"compiled it ran {ran} of {len(report.records)} steps in {_ms(report.seconds)})")
+    return f"{ran} of {len(report.records)} steps ran, {len(report.changed_steps)} changed the graphs, {_ms(report.seconds)} in total"
 
 
 def format_row(record: StepRecord) -> tuple[str, ...]:

@@ -12,7 +12,8 @@ pipeline applies to (training programs through training pipelines, the same prog
 ``no_grad`` through inference pipelines), each eagerly and compiled from the same seeds, and
 saves with ``torch.save`` to ``OUT``, per pipeline and program: the compiled results (or the
 error the compiled program raised), eager's, and each report's cache mark. Run twice against one cache folder, it shows whether a program
-loaded from the cache computes what the compiled one did.
+loaded from the cache computes what the compiled one did. With ``--dynamic`` it trains the
+module whose batch size changes (``dynamic_and_report``) and prints one JSON line.
 """
 
 from __future__ import annotations
@@ -134,6 +135,36 @@ def _case_gpt2(pipeline: str | None, training: bool):
         getattr(call, "passkit_reports", [])
 
 
+def _case_dynamic(pipeline: str | None, training: bool, norm: str = "batch"):
+    """Batch sizes 2, 3, 4 through one compiled module (``dynamic=None``): the second size
+    recompiles with a symbolic batch, which the third reuses; dropout and BatchNorm (or
+    LayerNorm: BatchNorm's backward takes ``1 / batch`` as a symbolic float, and Inductor's FX
+    graph cache bypasses such graphs) in it."""
+    # Dynamo remembers which sizes changed per code object (Sequential.forward), across compiles:
+    # forget it, so that each pipeline starts static and goes symbolic at the second size.
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Dropout(0.3),
+                                torch.nn.BatchNorm1d(8) if norm == "batch" else torch.nn.LayerNorm(8),
+                                torch.nn.Linear(8, 3))
+    if not training:
+        model.eval()
+    call = model if pipeline is None else passkit.compile(model, pipeline=pipeline)
+    values = []
+    for batch in (2, 3, 4):
+        x = torch.randn(batch, 5, generator=torch.Generator().manual_seed(batch), requires_grad=training)
+        torch.manual_seed(batch)  # the same dropout masks
+        with torch.set_grad_enabled(training):
+            out = call(x)
+        if training:
+            out.square().sum().backward()
+            values.append(x.grad)
+        values.append(out.detach())
+    buffers = [b.clone() for b in model.buffers()]
+    grads = [p.grad for p in model.parameters()] if training else []
+    return {"values": values + buffers + grads, "aliased": []}, getattr(call, "passkit_reports", [])
+
+
 PROGRAMS = {
     "dropout": _case_function(_dropout, lambda training: [torch.randn(6, 5, generator=torch.Generator().manual_seed(1),
                                                                       requires_grad=training)]),
@@ -146,6 +177,7 @@ PROGRAMS = {
     "aliased output": _case_function(_aliases, lambda training: [
         torch.randn(3, 4, generator=torch.Generator().manual_seed(1), requires_grad=training)]),
     "gpt2": _case_gpt2,
+    "dynamic batch": _case_dynamic,
 }
 
 
@@ -165,7 +197,29 @@ def run_programs(pipelines: list[str]) -> dict:
     return results
 
 
+def dynamic_and_report() -> dict:
+    """Train the dynamic-batch module (batches 2, 3, 4; LayerNorm) with ``CHILD_PIPELINE``: each report's
+    cache mark and table, the passes that ran, Inductor's FX cache counts and the values."""
+    runs: list[str] = []
+    original = Pass.run
+    Pass.run = lambda self, *args, **keywords: runs.append(self.name) or original(self, *args, **keywords)
+    try:
+        found, reports = _case_dynamic(os.environ.get("CHILD_PIPELINE", "training"), True, norm="layer")
+    finally:
+        Pass.run = original
+    return {
+        "cache": [r.cache for r in reports],
+        "tables": [r.table() for r in reports],
+        "passes_run": len(runs),
+        "inductor": _torch.inductor_cache_counts(),
+        "values": [v.tolist() for v in found["values"]],
+    }
+
+
 def main() -> None:
+    if "--dynamic" in sys.argv:
+        print(json.dumps(dynamic_and_report()), flush=True)
+        return
     if "--programs" in sys.argv:
         at = sys.argv.index("--programs")
         torch.save(run_programs(sys.argv[at + 2:]), sys.argv[at + 1])

@@ -261,8 +261,13 @@ def test_an_in_process_hit_matches_exactly_and_is_marked_in_the_report() -> None
     assert (first.passkit_reports[0].cache, second.passkit_reports[0].cache) == ("", "hit")
     torch.testing.assert_close((out2, grad2), (out, grad), rtol=0, atol=0)
     table = second.passkit_reports[0].table()
-    assert table.splitlines()[0] == "pipeline training-python (graph 1, training, cache hit)"
-    assert table.endswith("; loaded from the compile cache")
+    assert table.splitlines()[0] == "pipeline training-python (graph 1, training, cache hit: no step ran)"
+    compiled_in = first.passkit_reports[0].table().splitlines()[-1].split(", ")[-1].removesuffix(" in total")
+    steps = len(first.passkit_reports[0].records)
+    load = second.passkit_reports[0].load_seconds
+    assert 0 < load < 60
+    assert table.splitlines()[-1] == (f"loaded from the compile cache in {load * 1000:.1f} ms, no step ran (the process "
+                                      f"that compiled it ran {steps} of {steps} steps in {compiled_in})")
 
 
 @pytest.mark.slow

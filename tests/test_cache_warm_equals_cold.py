@@ -3,7 +3,8 @@ that compiled it computed, for every shipped pipeline, and both agree with eager
 
 Two processes share one temporary ``PASSKIT_CACHE_DIR`` and ``TORCHINDUCTOR_CACHE_DIR``; each
 runs ``cache_child.py --programs`` (dropout, BatchNorm in training, an in-place input mutation,
-an aliased output and the zoo's GPT-2, each eagerly and compiled from the same seeds). The first
+an aliased output, the zoo's GPT-2 and a module whose batch size changes 2 -> 3 -> 4, so that
+its second graph has a symbolic batch; each eagerly and compiled from the same seeds). The first
 compiles, the second loads: same random draws, same mutations written back, same gradients.
 """
 
@@ -28,7 +29,7 @@ GROUPS = {"python": ["training-python", "inference-python"], "inductor": ["train
 # ``debug`` verifies and dumps every step, so it never reads the cache: the second process
 # compiles again, and must still agree.
 READS_THE_CACHE = {"training-python", "inference-python", "training", "inference"}
-PROGRAMS = ["dropout", "batchnorm", "input mutation", "aliased output", "gpt2"]
+PROGRAMS = ["dropout", "batchnorm", "input mutation", "aliased output", "gpt2", "dynamic batch"]
 
 
 def _run(tmp_path: Path, out: Path, pipelines: list[str]) -> dict:
@@ -55,6 +56,8 @@ def test_a_program_loaded_from_the_cache_computes_what_the_compiled_one_did(grou
                             f"loading process: {second['compiled'].get('error', 'ok')}")
             continue
         assert first["cache"] and set(first["cache"]) == {""}, key
+        if program == "dynamic batch":  # batch 2 static, then one symbolic graph for batches 3 and 4
+            assert len(first["cache"]) == len(second["cache"]) == 2, key
         assert set(second["cache"]) == ({"hit"} if pipeline in READS_THE_CACHE else {""}), key
         # Warm equals cold, bit for bit: the same masks, running statistics and gradients.
         if second["compiled"]["aliased"] != first["compiled"]["aliased"]:

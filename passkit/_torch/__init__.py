@@ -10,6 +10,7 @@ owns one side of torch:
 - ``graph_pickle``: graph modules pickled node by node with their metadata (the compile cache);
 - ``inductor`` and ``inductor_cache``: Inductor's inner compiler and its cache form;
 - ``inductor_slots``: the objects a mounted pipeline file puts in Inductor's custom-pass slots;
+- ``shape_guards``: a symbolic program's signature and guards (the compile cache's key and hits);
 - ``kernel_bundles``: a graph's C++ kernels built as a few libraries, not one each;
 - ``logs``: structured trace artifacts and Dynamo's compile ids;
 - ``values``: which values compiled kernels cannot read, and whether a trace records the call.
@@ -39,6 +40,8 @@ from passkit._torch.ops import *  # noqa: F403
 from passkit._torch.ops import __all__ as _ops
 from passkit._torch.regions import *  # noqa: F403
 from passkit._torch.regions import __all__ as _regions
+from passkit._torch.shape_guards import *  # noqa: F403
+from passkit._torch.shape_guards import __all__ as _shape_guards
 from passkit._torch.tracing import *  # noqa: F403
 from passkit._torch.tracing import __all__ as _tracing
 from passkit._torch.values import *  # noqa: F403
@@ -47,5 +50,5 @@ from passkit._torch.values import __all__ as _values
 
 __all__ = [
     *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_slots, *_kernel_bundles, *_logs,
-    *_ops, *_regions, *_tracing, *_values,
+    *_ops, *_regions, *_shape_guards, *_tracing, *_values,
 ]

@@ -88,6 +88,13 @@ def _symint(expr: Any, env: ShapeEnv, pytype: type, hint: Any) -> torch.SymInt:
     return torch.SymInt(SymNode(expr, env, pytype, hint))
 
 
+def _symbolic(kind: str, expr: Any, env: ShapeEnv, pytype: type, hint: Any) -> Any:
+    """A symbolic float or bool (a saved ``1 / batch``, say) in the restored shape environment."""
+    from torch.fx.experimental.sym_node import SymNode
+
+    return {"float": torch.SymFloat, "bool": torch.SymBool}[kind](SymNode(expr, env, pytype, hint))
+
+
 def _graph_module(fields: dict[str, Any], nodes: list[tuple[Any, ...]], codegen: Any) -> GraphModule:
     gm = GraphModule.__new__(GraphModule)  # a class of its own, as every graph module has
     gm.__dict__.update(fields)
@@ -152,7 +159,11 @@ class _Pickler(pickle.Pickler):
             node = obj.node
             return _symint, (node._expr, node.shape_env, node.pytype, node._hint)
         if isinstance(obj, (torch.SymFloat, torch.SymBool)):
-            raise pickle.PicklingError(f"a {type(obj).__name__} in node metadata")
+            node = obj.node
+            if node.shape_env is None:
+                raise pickle.PicklingError(f"a {type(obj).__name__} outside a shape environment")
+            kind = "float" if isinstance(obj, torch.SymFloat) else "bool"
+            return _symbolic, (kind, node._expr, node.shape_env, node.pytype, node._hint)
         if isinstance(obj, torch.fx.Node):
             raise pickle.PicklingError("a node outside a graph's arguments")
         return NotImplemented

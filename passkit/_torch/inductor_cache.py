@@ -1,5 +1,6 @@
 """Own the compile-cache form of a ``codegen.inductor`` graph: plain-data graphs, static input
-specs, fakes with a shape environment, and Inductor's config digest and FX cache counters.
+specs, fakes with a shape environment, symbolic inputs kept as fakes, and Inductor's config
+digest and FX cache counters.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ __all__ = [
     "inductor_cache_counts",
     "inductor_config_digest",
     "static_input_specs",
+    "symbolic_inputs",
 ]
 
 
@@ -40,6 +42,26 @@ def static_input_specs(values: Sequence[Any]) -> list[Any] | None:
         else:
             specs.append(("value", value))
     return specs
+
+
+def symbolic_inputs(values: Sequence[Any]) -> list[Any] | None:
+    """``values`` as they are when some size is symbolic and every tensor is a strided fake of
+    one fake mode with a shape environment (the compile cache pickles them with that
+    environment, guards and symbols included, through ``graph_pickle``); None otherwise."""
+    modes = set()
+    symbolic = False
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            if type(value) is not FakeTensor or value.layout != torch.strided:
+                return None
+            modes.add(id(value.fake_mode))
+            if value.fake_mode.shape_env is None:
+                return None
+            symbolic = symbolic or any(isinstance(p, torch.SymInt)
+                                       for p in (*value.shape, *value.stride(), value.storage_offset()))
+        elif isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            symbolic = True
+    return list(values) if symbolic and len(modes) <= 1 else None
 
 
 def fakes_with_shape_env(specs: Sequence[Any]) -> list[Any]:

@@ -17,16 +17,23 @@ def command() -> None:
 @command.command("info")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def info(as_json: bool) -> None:
-    """Show the cache folder, its number of entries and their size."""
-    from passkit.cache import cache_info
+    """Show the cache folder, its entries and their size, the size limit and the entries' last use."""
+    from passkit.cache_folder import MAX_BYTES_ENV, cache_info
+    from passkit.errors import PasskitError
     from passkit.report import format_bytes
 
-    found = cache_info()
+    try:
+        found = cache_info()
+    except ValueError as exc:  # a malformed PASSKIT_CACHE_MAX_BYTES
+        raise PasskitError(str(exc)) from None
     if as_json:
         terminal.write_json(found.to_json())
         return
     terminal.out(f"directory: {found.directory}")
     terminal.out(f"entries: {found.entries} ({format_bytes(found.bytes)})")
+    terminal.out(f"size limit: {format_bytes(found.max_bytes)} ({MAX_BYTES_ENV}; least recently used entries are evicted past it)")
+    if found.oldest_used and found.newest_used:
+        terminal.out(f"last used: oldest {found.oldest_used}, newest {found.newest_used}")
     if found.incomplete:
         terminal.out(f"incomplete writes: {found.incomplete} (left by interrupted compiles; 'passkit cache clear' removes them)")
 

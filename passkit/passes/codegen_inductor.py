@@ -165,7 +165,8 @@ def _mutations_to_write(program: Program, name: str) -> dict[int, int]:
         value = outputs[k]
         if target is None or not isinstance(value, Node) or value.op == "placeholder" or outputs.count(value) > 1:
             continue
-        if any(storage == target for storage in storages) or storages[k] is None:
+        # A symbolic program's outputs include sizes (SymInts), which have no storage.
+        if any(storage is not None and storage == target for storage in storages) or storages[k] is None:
             continue
         written[k] = p  # type: ignore[assignment]
     return written

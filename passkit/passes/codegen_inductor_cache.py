@@ -18,9 +18,12 @@ that produced it (the stored backward input strides depend on the forward Induct
 
 The graph is stored as data (``_torch.graph_data``: each node's name, target by name and
 arguments), not pickled: unpickling a graph module retraces its code, which renames nodes and
-turns factory calls into constants, and Inductor's cache keys on the code. A graph is left
-uncached (the program then compiles every time) when an input size is symbolic, when it calls
-something that cannot be found again by name, or when it does not rebuild to the same code.
+turns factory calls into constants, and Inductor's cache keys on the code. A graph whose input
+sizes are symbolic keeps its inputs as the fake values themselves (``symbolic``): the compile
+cache pickles them with their shape environment, so the reloaded inputs carry the same symbols
+and hints and Inductor's FX graph cache finds the symbolic code it generated. A graph is left
+uncached (the program then compiles every time) when it calls something that cannot be found
+again by name, or when it does not rebuild to the same code.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ class InductorRecipe:
 
     graph: dict[str, Any]  # ``_torch.graph_data`` of the graph before Inductor rewrote it
     code: str  # its code, which Inductor's FX graph cache keys on
-    inputs: list[Any]  # ``_torch.static_input_specs`` of the example inputs
+    inputs: list[Any]  # ``_torch.static_input_specs`` of the example inputs, or the fakes themselves when symbolic
     is_backward: bool
     is_inference: bool
     static: list[int]
@@ -66,6 +69,7 @@ class InductorRecipe:
     written: list[int] = dataclasses.field(default_factory=list)  # mutation slots the graph writes itself
     donated: list[int] = dataclasses.field(default_factory=list)  # inputs a backward may overwrite
     bundle_kernels: bool = True  # its C++ kernels built as a few libraries (found again under the same names)
+    symbolic: bool = False  # ``inputs`` are fake values with symbolic sizes (pickled with their shape environment)
     format: int = FORMAT
 
 
@@ -75,8 +79,11 @@ def snapshot(graph: GraphModule, examples: Sequence[Any], *, is_backward: bool, 
     """The recipe for compiling ``graph`` (call before Inductor rewrites it), or None when it
     cannot be stored faithfully."""
     specs = _torch.static_input_specs(examples)
-    if specs is None:
-        return None
+    symbolic = specs is None
+    if symbolic:
+        specs = _torch.symbolic_inputs(examples)
+        if specs is None:
+            return None
     data = _torch.graph_data(graph)
     if data is None:
         return None
@@ -84,6 +91,7 @@ def snapshot(graph: GraphModule, examples: Sequence[Any], *, is_backward: bool, 
         graph=data, code=graph.code, inputs=specs, is_backward=is_backward, is_inference=is_inference,
         static=list(static), visible=list(visible), config_patches=dict(config_patches),
         pair=pair or uuid.uuid4().hex, donated=list(donated), bundle_kernels=bundle_kernels,
+        symbolic=symbolic,
     )
 
 
@@ -139,7 +147,7 @@ def load(recipe: InductorRecipe) -> Callable[..., Any]:
     graph = _torch.graph_from_data(recipe.graph)
     if graph.code != recipe.code:
         raise ValueError("the stored graph reloads to other code")
-    examples = _torch.fakes_with_shape_env(recipe.inputs)
+    examples = list(recipe.inputs) if recipe.symbolic else _torch.fakes_with_shape_env(recipe.inputs)
     graph_id, pair_state = _graph_id_and_device(recipe)
     device_type = codegen_inductor._device_type(examples) or "cpu"
     with _torch.kernels_compiled_together(bundle=recipe.bundle_kernels, device_type=device_type):

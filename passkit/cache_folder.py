@@ -1,0 +1,172 @@
+"""Own the compile cache's folder: where it is, its size limit and least-recently-used eviction,
+and what ``passkit cache info`` / ``passkit cache clear`` report and do.
+
+An entry's modification time is its last use: writing an entry sets it, and a hit sets it again
+(``touch``; access times are not used, since most file systems update them lazily or never).
+After each write, while the entries together exceed the limit (``PASSKIT_CACHE_MAX_BYTES``,
+default 2 GiB), the least recently used are deleted; the entry just written is kept, even when
+it alone is larger than the limit. A reader racing an eviction finds no entry and compiles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CACHE_ENV",
+    "MAX_BYTES_ENV",
+    "DEFAULT_MAX_BYTES",
+    "SUFFIX",
+    "TEMP_SUFFIX",
+    "cache_dir",
+    "max_bytes",
+    "touch",
+    "evict",
+    "CacheInfo",
+    "cache_info",
+    "clear_cache",
+]
+
+CACHE_ENV = "PASSKIT_CACHE_DIR"
+MAX_BYTES_ENV = "PASSKIT_CACHE_MAX_BYTES"
+DEFAULT_MAX_BYTES = 2 * 1024**3
+
+log = logging.getLogger("passkit.cache")
+SUFFIX = ".entry"
+TEMP_SUFFIX = ".tmp"
+
+
+def cache_dir() -> Path:
+    """``PASSKIT_CACHE_DIR``, else ``<user cache dir>/passkit`` (XDG, macOS or Windows rules)."""
+    configured = os.environ.get(CACHE_ENV, "").strip()
+    if configured:
+        return Path(configured).expanduser()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "passkit"
+
+
+def max_bytes() -> int:
+    """The size limit: ``PASSKIT_CACHE_MAX_BYTES`` (``2GiB``, ``500MB``, ``1000000``), else 2 GiB.
+
+    Raises ``ValueError`` with a one-line message for a value that is not a positive size."""
+    from pydantic import ByteSize, TypeAdapter, ValidationError
+
+    configured = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not configured:
+        return DEFAULT_MAX_BYTES
+    try:
+        limit = int(TypeAdapter(ByteSize).validate_python(configured))
+    except ValidationError:
+        limit = 0
+    if limit <= 0:
+        raise ValueError(f"{MAX_BYTES_ENV}: expected a positive size such as 2GiB, 500MB or 1000000, got {configured!r}")
+    return limit
+
+
+def touch(path: Path) -> None:
+    """Mark the entry at ``path`` as used now (a hit), so eviction keeps it longest."""
+    with contextlib.suppress(OSError):
+        os.utime(path)
+
+
+def _entries(folder: Path) -> list[tuple[float, int, Path]]:
+    """Every entry as (last use, size, path), least recently used first."""
+    found = []
+    for path in folder.glob(f"*{SUFFIX}") if folder.is_dir() else []:
+        with contextlib.suppress(OSError):  # deleted meanwhile by another process
+            stat = path.stat()
+            found.append((stat.st_mtime, stat.st_size, path))
+    return sorted(found, key=lambda item: (item[0], item[2].name))
+
+
+def evict(folder: Path, keep: Path | None = None, limit: int | None = None) -> list[Path]:
+    """Delete the least recently used entries until the rest fit in ``limit`` (default
+    ``max_bytes()``, or 2 GiB with one warning when that is malformed), never ``keep``; return
+    the deleted paths."""
+    if limit is None:
+        try:
+            limit = max_bytes()
+        except ValueError as exc:
+            log.warning("passkit: %s; using the default, 2 GiB", exc)
+            limit = DEFAULT_MAX_BYTES
+    entries = _entries(folder)
+    total = sum(size for _, size, _ in entries)
+    removed = []
+    for _, size, path in entries:
+        if total <= limit:
+            break
+        if keep is not None and path == keep:
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path)
+        total -= size
+    return removed
+
+
+@dataclass
+class CacheInfo:
+    """What the cache folder holds."""
+
+    directory: str
+    entries: int
+    bytes: int
+    max_bytes: int
+    oldest_used: str | None  # ISO 8601 UTC time of the least recently used entry's last use
+    newest_used: str | None
+    incomplete: int  # temporary files of writers that have not finished (or died)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _iso(stamp: float) -> str:
+    return datetime.fromtimestamp(stamp, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def cache_info(directory: Path | None = None) -> CacheInfo:
+    """Count the entries and their size under ``directory`` (default ``cache_dir()``)."""
+    folder = directory or cache_dir()
+    entries = _entries(folder)
+    temps = list(folder.glob(f"*{TEMP_SUFFIX}")) if folder.is_dir() else []
+    return CacheInfo(
+        directory=str(folder), entries=len(entries), bytes=sum(size for _, size, _ in entries), max_bytes=max_bytes(),
+        oldest_used=_iso(entries[0][0]) if entries else None, newest_used=_iso(entries[-1][0]) if entries else None,
+        incomplete=len(temps),
+    )
+
+
+def clear_cache(directory: Path | None = None) -> int:
+    """Delete every entry and temporary file; return how many files were removed."""
+    folder = directory or cache_dir()
+    if not folder.is_dir():
+        return 0
+    removed = 0
+    for path in [*folder.glob(f"*{SUFFIX}"), *folder.glob(f"*{TEMP_SUFFIX}")]:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed += 1
+    return removed
+
+
+def remove_stale_temps(directory: Path, older_than: float) -> None:
+    """Delete temporary files older than ``older_than`` seconds (their writer died)."""
+    now = time.time()
+    for temp in directory.glob(f"*{TEMP_SUFFIX}"):
+        with contextlib.suppress(OSError):
+            if now - temp.stat().st_mtime > older_than:
+                temp.unlink()
