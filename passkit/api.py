@@ -317,6 +317,11 @@ def _announce_tracing(backend: Any, where: str, compile_id: str) -> None:
         send(backend.progress, ProgressEvent(kind="tracing", text=f"Dynamo is tracing {where}{frame}"))
 
 
+# ``torch.compile(backend="passkit")`` imports this module when it looks the entry point up,
+# before Dynamo traces the first frame: installing here gives that frame its tracing line too.
+_torch.on_dynamo_frame_start(_announce_tracing)
+
+
 def backend(pipeline: Any = DEFAULT_PIPELINE, **settings: Any) -> PasskitBackend:
     """A ``torch.compile`` backend running ``pipeline`` (a name, a ``.toml`` path or a Pipeline).
 
