@@ -49,7 +49,10 @@ def command(as_json: bool) -> None:
         terminal.table(
             ("name", "patterns", "options", "tolerance", "plugin", "description"),
             (
-                (r["name"], str(len(r["patterns"])), _options(r["options"]), _tolerance(r["tolerance"]), r["plugin"], r["description"])
+                (
+                    r["name"], str(len(r["patterns"])), _options(r["options"]), _tolerance(r["tolerance"]),
+                    r["plugin"], r["description"],
+                )
                 for r in rows
             ),
             items_overflow=False,  # a set without a description is a row of its own, not an item
