@@ -9,7 +9,9 @@ user's call) and the uncompiled callable; the reasons are kept in the result's
 
 Progress: ``progress=`` takes a callable that receives each step's ``StepRecord`` as the step
 finishes; without one, each step is logged at INFO level on the ``passkit`` logger
-(``logging.basicConfig(level=logging.INFO)`` shows them). A frame Dynamo starts tracing for
+(``logging.basicConfig(level=logging.INFO)`` shows them), and a compile cache hit is one line
+(``report.summary_line``), since no step ran. A callback with a ``loaded_from_cache`` method
+gets a hit's stored ``Report`` there instead of its records. A frame Dynamo starts tracing for
 passkit says so (``tracing``); each graph Dynamo hands over opens with a
 ``compiling``/``recompiling`` line (``passkit.recompiles``); and a step running over a
 second gets ``started`` and heartbeat lines (``passkit.progress``): they are logged too, or a
@@ -34,7 +36,7 @@ from passkit.graph_attributes import lift_attributes
 from passkit.program import Program
 from passkit.progress import ProgressEvent, log_event, send
 from passkit.recompiles import CompileAnnouncer
-from passkit.report import Report, StepRecord
+from passkit.report import Report, StepRecord, summary_line
 from passkit.runtime import CompiledProgram
 from passkit.saved_limit import SavedLedger, limited_steps
 from passkit.subclasses import flatten_subclasses, with_subclasses
@@ -66,7 +68,13 @@ def _log_progress(total: int) -> Progress:
                 "changed" if record.changed else "unchanged", record.seconds * 1000, record.nodes_before, record.nodes_after,
             )
 
+    def loaded_from_cache(stored: Report) -> None:
+        # No step ran in this process: replaying the stored records would log the compiling
+        # process's step times as if they were this run's.
+        log.info("%s", summary_line(stored))
+
     report.event = log_event  # type: ignore[attr-defined]  # long steps' started and heartbeat lines too
+    report.loaded_from_cache = loaded_from_cache  # type: ignore[attr-defined]
     return report
 
 
@@ -145,8 +153,12 @@ def _compile_program(
     report = cache.load(program) if cache is not None else None
     if report is not None:
         pm.hook.passkit_loaded_from_cache(pipeline=pipeline, program=program, report=report, captured=captured)
-        for record in report.records:
-            progress(record)
+        loaded = getattr(progress, "loaded_from_cache", None)
+        if callable(loaded):
+            loaded(report)
+        else:  # a callback that knows nothing of hits still sees every step's stored record
+            for record in report.records:
+                progress(record)
     else:
         reference = Reference(program, real_inputs) if pipeline.settings.verify == "numerics" else None
         report = run_pipeline(pipeline, program, pm=pm, registry=get_registry(), reference=reference, progress=progress)
@@ -303,6 +315,11 @@ def _announce_tracing(backend: Any, where: str, compile_id: str) -> None:
     if isinstance(backend, PasskitBackend):
         frame = f" (Dynamo frame {compile_id})" if compile_id else ""
         send(backend.progress, ProgressEvent(kind="tracing", text=f"Dynamo is tracing {where}{frame}"))
+
+
+# ``torch.compile(backend="passkit")`` imports this module when it looks the entry point up,
+# before Dynamo traces the first frame: installing here gives that frame its tracing line too.
+_torch.on_dynamo_frame_start(_announce_tracing)
 
 
 def backend(pipeline: Any = DEFAULT_PIPELINE, **settings: Any) -> PasskitBackend:

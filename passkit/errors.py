@@ -2,7 +2,8 @@
 
 Each error renders as one line. The CLI prints that line without a traceback and exits with
 the status of its outcome (``EXIT_*``: 2 for bad input, 4 for a step that failed, 1 for a step
-that changed numerics; ``PASSKIT_DEBUG=1`` shows the traceback). Messages are part of the contract: tests pin them.
+that changed numerics, 5 for any other exception: a bug in passkit or a plugin;
+``PASSKIT_DEBUG=1`` shows the traceback). Messages are part of the contract: tests pin them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ __all__ = [
     "EXIT_USAGE",
     "EXIT_FELL_BACK",
     "EXIT_STEP_FAILED",
+    "EXIT_INTERNAL",
     "NUMERICS_MARKER",
     "exit_code_for",
     "exit_code_for_kind",
@@ -29,6 +31,9 @@ EXIT_MISMATCH = 1  # the results differ: at the end, at a ``verify = "numerics"`
 EXIT_USAGE = 2  # bad input: a file, an option, an argument, a model factory
 EXIT_FELL_BACK = 3  # the compile failed and fell back to eager (``on_error = "eager"``)
 EXIT_STEP_FAILED = 4  # a step failed: its pass raised, or broke a fact
+# An exception that is not a PasskitError (a bug in passkit, a plugin crashing outside a step):
+# neither the user's input nor their model is at fault, so it must not read as bad input.
+EXIT_INTERNAL = 5
 
 
 class PasskitError(Exception):

@@ -270,6 +270,19 @@ def test_an_in_process_hit_matches_exactly_and_is_marked_in_the_report() -> None
                                       f"that compiled it ran {steps} of {steps} steps in {compiled_in})")
 
 
+def test_a_hit_logs_one_line_with_its_load_time_not_the_compiling_runs_steps(caplog) -> None:
+    with caplog.at_level(logging.INFO, logger="passkit"):
+        first, _, _ = _compile_and_run()
+        caplog.clear()
+        second, _, _ = _compile_and_run()
+    lines = [r.getMessage() for r in caplog.records if r.name == "passkit"]
+    steps = len(first.passkit_reports[0].records)
+    load = second.passkit_reports[0].load_seconds
+    compiled_in = f"{first.passkit_reports[0].seconds * 1000:.1f} ms"
+    assert lines == [f"loaded from the compile cache in {load * 1000:.1f} ms, no step ran (the process "
+                     f"that compiled it ran {steps} of {steps} steps in {compiled_in})"]
+
+
 @pytest.mark.slow
 def test_a_loaded_backward_still_copies_the_activations_it_overwrites_when_the_graph_is_kept() -> None:
     # The stored graph names its donated inputs, so the reloaded code overwrites them; the

@@ -86,3 +86,40 @@ def test_the_compile_line_comes_before_the_first_step(caplog: pytest.LogCaptureF
     compiled = passkit.compile(scale, pipeline="training-python", dynamic=False, progress=callback)
     compiled(torch.randn(2, 4))
     assert callback.seen[:3] == ["tracing ", "compiling graph 1", "step functionalize"]
+
+
+FIRST_FRAME_CHILD = """
+import logging, os, sys
+import torch
+
+class StopAtTheGraph(logging.Handler):
+    def emit(self, record):
+        print(record.getMessage(), flush=True)
+        if record.getMessage().startswith("compiling graph"):
+            os._exit(0)  # the lines before passkit compiles are all this test reads
+
+logging.getLogger("passkit").addHandler(StopAtTheGraph())
+logging.getLogger("passkit").setLevel(logging.INFO)
+
+def scale(x):
+    return (x.sin() * 2).cos()
+
+torch.compile(scale, backend="passkit")(torch.randn(2, 4))
+"""
+
+
+def test_the_first_frame_under_the_registered_backend_name_gets_its_tracing_line(tmp_path) -> None:
+    # A fresh process: torch loads the "passkit" entry point (importing passkit.api) only once.
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "first.py").write_text(FIRST_FRAME_CHILD)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    done = subprocess.run([sys.executable, "first.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    where = f"scale at first.py:{FIRST_FRAME_CHILD.splitlines().index('def scale(x):') + 1}"
+    assert done.stdout.splitlines() == [
+        f"Dynamo is tracing {where} (Dynamo frame 0/0)",
+        f"compiling graph 1: {where} (Dynamo frame 0/0), inputs x float32[2, 4]",
+    ]

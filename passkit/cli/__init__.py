@@ -6,7 +6,8 @@ re-raises instead, to show the traceback. Exit codes (``passkit.errors.EXIT_*``,
 every command): 0 ok, 1 results differ from eager (also a step that ``verify = "numerics"``
 caught, bisect's numerics blame, repro's numerics replay), 2 bad input (file, options,
 arguments), 3 the compile fell back to eager (``passkit run``), 4 a step failed: its pass raised
-or broke a fact (``passkit.errors.exit_code_for``, ``exit_code_for_kind``).
+or broke a fact (``passkit.errors.exit_code_for``, ``exit_code_for_kind``), 5 an internal error:
+an exception that is not a ``PasskitError`` (a bug in passkit or a plugin).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import click
 
 from passkit.cli import bisect, cache, explain, passes, patterns, pipelines, repro, run, terminal, validate
-from passkit.errors import PasskitError
+from passkit.errors import EXIT_INTERNAL, PasskitError
 
 __all__ = ["main", "PasskitGroup", "EXIT_USAGE"]
 
@@ -54,7 +55,7 @@ class PasskitGroup(click.Group):
             if terminal.debug_enabled():
                 raise
             terminal.internal_error(exc)
-            result = EXIT_USAGE
+            result = EXIT_INTERNAL
         if not standalone_mode:
             return result
         sys.exit(result if isinstance(result, int) else 0)

@@ -53,7 +53,7 @@ def error(message: str) -> None:
 def internal_error(exc: BaseException) -> None:
     lines = str(exc).strip().splitlines()
     what = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-    error(f"passkit: internal error: {what} (set {DEBUG_ENV}=1 for the traceback)")
+    error(f"passkit: internal error in passkit or a plugin: {what} (run with {DEBUG_ENV}=1 for the traceback and report it)")
 
 
 def usage_error(exc: click.ClickException) -> None:

@@ -76,6 +76,9 @@ class RewriteOptions(pydantic.BaseModel):
                 raise ValueError(_unknown(name, registered))
             set_name = PatternSetName(name)
             set_name.registered = registered[name]
+            # A set whose factory refuses its own patterns (two of one name) is bad input: say so
+            # when the file loads, not when the step runs.
+            resolve_pattern_set(set_name)
             resolved.append(set_name)
         return resolved
 

@@ -44,13 +44,14 @@ def test_a_passkit_error_is_one_line_with_its_exit_code(cli, monkeypatch, error,
     assert "Traceback" not in result.output
 
 
-def test_an_unexpected_error_is_one_line_with_the_debug_hint(cli, monkeypatch) -> None:
+def test_an_unexpected_error_is_one_line_with_the_debug_hint_and_exit_5(cli, monkeypatch) -> None:
     monkeypatch.delenv("PASSKIT_DEBUG", raising=False)
     _failing_check(monkeypatch, RuntimeError("tensor exploded\nsecond line"))
     result = cli.invoke(main, ["run", "good.toml"])
-    assert result.exit_code == 2
+    assert result.exit_code == 5  # not 2: nothing the user gave is wrong
     assert result.stderr == (
-        "passkit: internal error: RuntimeError: tensor exploded (set PASSKIT_DEBUG=1 for the traceback)\n"
+        "passkit: internal error in passkit or a plugin: RuntimeError: tensor exploded "
+        "(run with PASSKIT_DEBUG=1 for the traceback and report it)\n"
     )
 
 

@@ -30,7 +30,7 @@ class SetsPlugin:
     @passkit.hookimpl
     def passkit_register_patterns(self) -> dict:
         return {
-            "short": PatternSet("short", (_pattern("double_neg"),), "two negations cancel"),
+            "short": PatternSet("short", (_pattern("double_neg"),), "two negations cancel", tolerance=(1e-3, 1e-3)),
             LONG: [_pattern("double_neg")],  # a plain list: no description
             "twice": [_pattern("double_neg"), _pattern("double_neg")],
         }
@@ -51,14 +51,15 @@ def test_a_long_name_without_a_description_keeps_the_columns_aligned(registry) -
     width = len(LONG)
     plugin = "plugin 'sets' (not from an installed distribution)"
     invalid = "invalid: ValueError: pattern set 'twice' has two patterns named 'twice:double_neg'"
+    tolerance = "rtol=0.001, atol=0.001"
     rows = [
-        ("name", "patterns", "options", "plugin", "description"),
-        ("-" * width, "--------", "-------", "-" * len(plugin), "-" * len(invalid)),
-        (LONG, "1", "", plugin, ""),
-        ("short", "1", "", plugin, "two negations cancel"),
-        ("twice", "0", "", plugin, invalid),
+        ("name", "patterns", "options", "tolerance", "plugin", "description"),
+        ("-" * width, "--------", "-------", "-" * len(tolerance), "-" * len(plugin), "-" * len(invalid)),
+        (LONG, "1", "", "", plugin, ""),
+        ("short", "1", "", tolerance, plugin, "two negations cancel"),
+        ("twice", "0", "", "", plugin, invalid),
     ]
-    widths = [width, 8, 7, len(plugin), len(invalid)]
+    widths = [width, 8, 7, len(tolerance), len(plugin), len(invalid)]
     expected = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     assert result.stdout.splitlines() == expected
 
@@ -70,3 +71,5 @@ def test_json_lists_each_set_with_its_patterns(registry) -> None:
     assert sorted(listed) == [LONG, "short", "twice"]
     assert [p["name"] for p in listed[LONG]["patterns"]] == [f"{LONG}:double_neg"]
     assert listed["short"]["description"] == "two negations cancel"
+    assert listed["short"]["tolerance"] == {"rtol": 1e-3, "atol": 1e-3}
+    assert listed[LONG]["tolerance"] is None

@@ -178,3 +178,28 @@ def test_patterns_are_traced_for_the_table_a_training_main_keeps() -> None:
     main_opset = dataclasses.replace(opset, table=main_table(dict(table), training=True))
     for pattern in resolve_pattern_set("attention").patterns:
         assert pattern.roots(opset) != pattern.roots(main_opset), pattern.name
+
+
+class DuplicateNamesPlugin:
+    @passkit.hookimpl
+    def passkit_register_patterns(self) -> dict:
+        neg = Var("x")
+        double_neg = Op(torch.ops.aten.neg.default, Op(torch.ops.aten.neg.default, neg))
+
+        def dups() -> PatternSet:
+            twice = (Pattern("double_neg", double_neg, lambda x: x), Pattern("double_neg", double_neg, lambda x: x))
+            return PatternSet("walk:dups", twice)
+
+        return {"walk:dups": dups}
+
+
+def test_a_set_with_duplicate_pattern_names_fails_when_the_file_loads(tmp_path, register_passkit_plugin) -> None:
+    register_passkit_plugin(DuplicateNamesPlugin(), name="walk")
+    path = _write(tmp_path, '[[steps]]\npass = "rewrite"\npatterns = ["walk:dups"]\nafter = "functionalize"\n')
+    line = f"{path}: steps[0] (rewrite).patterns: pattern set 'walk:dups' has two patterns named 'double_neg'"
+    with pytest.raises(passkit.PipelineError) as info:
+        passkit.load_pipeline(path)
+    assert str(info.value) == line
+    result = CliRunner().invoke(main, ["validate", path])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1].endswith(line)

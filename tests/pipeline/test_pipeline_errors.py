@@ -340,3 +340,16 @@ def test_loading_never_runs_code_from_the_file(write, registry, tmp_path):
     pipeline = load_pipeline("x.toml", registry=registry)
     assert pipeline.description.startswith("__import__")
     assert not marker.exists()
+
+
+def test_the_docs_error_table_shows_the_missing_extends_file_as_the_message_does(write, registry):
+    # docs/pipelines.md once said the path was shown relative to the extending file.
+    from pathlib import Path
+
+    write("sub/a.toml", "[pipeline]\nextends = 'nope.toml'\n")
+    with pytest.raises(PipelineError) as info:
+        load_pipeline("sub/a.toml", registry=registry)
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "pipelines.md").read_text()
+    row = next(line for line in docs.splitlines() if line.startswith("| missing file |"))
+    assert f"`{info.value}`" in row
+    assert "relative to the working directory" in row
