@@ -328,8 +328,20 @@ def backend(pipeline: Any = DEFAULT_PIPELINE, **settings: Any) -> PasskitBackend
     The pipeline is loaded and validated now, so a bad file fails here, not at the first call.
     """
     compiled_backend = PasskitBackend(pipeline, **settings)
-    compiled_backend.pipeline  # noqa: B018
+    _prepare_steps(compiled_backend.pipeline)
     return compiled_backend
+
+
+_prepared: set[int] = set()
+
+
+def _prepare_steps(pipeline: Any) -> None:
+    """Run each step's ``prepare`` once per process, before any graph reaches the backend."""
+    for step in pipeline.steps:
+        prepare = step.pass_.prepare
+        if prepare is not None and id(prepare) not in _prepared:
+            prepare()
+            _prepared.add(id(prepare))
 
 
 def dynamo_backend(gm: GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
@@ -367,7 +379,7 @@ def compile(
     started, a heartbeat); ``settings`` override the pipeline's.
     """
     compiled_backend = PasskitBackend(pipeline, progress=progress, **settings)
-    compiled_backend.pipeline  # validate the file now, not at the first call  # noqa: B018
+    _prepare_steps(compiled_backend.pipeline)  # validate the file now, not at the first call
     compiled = torch.compile(model_or_fn, backend=compiled_backend, dynamic=dynamic)
     compiled.passkit_reports = compiled_backend.reports
     compiled.passkit_fallbacks = compiled_backend.fallbacks

@@ -62,6 +62,9 @@ class Pass:
     # State outside the program and the options that decides the output (a code generator's
     # global config): ``cache_context(options) -> str`` joins the compile cache key.
     cache_context: Callable[[Any], str] | None = None
+    # Work the pass needs before its first run, done once when a backend is built (as
+    # ``torch.compile`` imports Inductor then), so a warm restart's first step does not pay it.
+    prepare: Callable[[], None] | None = None
 
     @property
     def summary(self) -> str:
@@ -266,6 +269,7 @@ def graph_pass(
     version: str = "1",
     tolerance: tuple[float, float] | Callable[[Any], tuple[float, float] | None] | None = None,
     cache_context: Callable[[Any], str] | None = None,
+    prepare: Callable[[], None] | None = None,
 ) -> Callable[[Callable[..., Any]], Pass]:
     """Declare a pass. Its keyword-only parameters become its options.
 
@@ -281,7 +285,9 @@ def graph_pass(
     ``tolerance=f`` declares it per step: ``f(options)`` returns a pair, or None for none.
     ``cache_context(options) -> str`` names state outside the program and options that changes
     the pass's output (``codegen.inductor``: Inductor's global config); the compile cache key
-    includes it, read at each compile.
+    includes it, read at each compile. ``prepare()`` does once, when ``passkit.compile`` or
+    ``passkit.backend`` is called, work the pass needs before its first run (``codegen.inductor``
+    imports Inductor's compiler then, as ``torch.compile`` does, not inside the first step).
     """
     if not PASS_NAME_RE.match(name):
         raise ValueError(f"invalid pass name {name!r}: use lowercase dotted words such as 'acme.fold_neg'")
@@ -306,6 +312,7 @@ def graph_pass(
             tolerance=tolerance,
             takes_context=_takes_context(fn),
             cache_context=cache_context,
+            prepare=prepare,
         )
 
     return decorate

@@ -144,3 +144,17 @@ def test_a_first_call_under_saved_tensor_hooks_compiles_and_the_hooks_see_the_sa
     assert packed  # the compiled step's saved tensors went through the user's hooks
     for ours, theirs in zip(model.parameters(), eager.parameters()):
         torch.testing.assert_close(ours.grad, theirs.grad)
+
+
+@pytest.mark.slow
+def test_compile_imports_inductors_compiler_up_front_only_for_a_pipeline_that_runs_it() -> None:
+    # codegen.inductor's ``prepare``: a warm restart's first step must not pay Inductor's imports.
+    import subprocess
+    import sys
+
+    script = ("import sys, torch, passkit; passkit.compile(torch.nn.Linear(2, 2), pipeline=sys.argv[1]); "
+              "print('torch._inductor.compile_fx' in sys.modules)")
+    found = {name: subprocess.run([sys.executable, "-c", script, name], capture_output=True, text=True,
+                                  check=True).stdout.strip()
+             for name in ("training", "training-python")}
+    assert found == {"training": "True", "training-python": "False"}

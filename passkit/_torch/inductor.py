@@ -25,6 +25,7 @@ __all__ = [
     "backward_keeps_graph",
     "hide_bernoulli_fills",
     "inductor_callable",
+    "import_inductor_compiler",
     "inductor_compile",
     "KernelBuilds",
     "kernels_compiled_together",
@@ -95,6 +96,12 @@ def inductor_failed_toolchain(exc: BaseException) -> str | None:
             return "C++ compiler"
         pending += [getattr(error, "inner_exception", None), error.__cause__, error.__context__]
     return None
+
+
+def import_inductor_compiler() -> None:
+    """Import Inductor's compiler (seconds of imports), as ``torch.compile`` does when it is
+    called: after it, the first graph, a cache hit's included, compiles without paying them."""
+    import torch._inductor.compile_fx  # noqa: F401
 
 
 def inductor_compile(

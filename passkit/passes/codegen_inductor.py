@@ -413,7 +413,8 @@ def inductor_cache_context(options: InductorOptions) -> str:
     return _torch.inductor_config_digest(InductorOptions.model_validate(dict(options)).config_patches())
 
 
-@graph_pass("codegen.inductor", produces={"compiled"}, options=InductorOptions, cache_context=inductor_cache_context)
+@graph_pass("codegen.inductor", produces={"compiled"}, options=InductorOptions, cache_context=inductor_cache_context,
+            prepare=_torch.import_inductor_compiler)
 def codegen_inductor(program: Program, **options: Any) -> bool:
     """Compile every graph with Inductor's inner compiler (fused C++/Triton kernels)."""
     opts = InductorOptions(**options)
