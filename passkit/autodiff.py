@@ -70,6 +70,8 @@ class _LeafInterpreter(torch.fx.Interpreter):
         self.leaves: list[tuple[int, torch.Tensor]] = []
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        # An outlined region's body keeps its values' layouts as this graph does (below).
+        args = _torch.bodies_keeping_layout(target, args)
         return super().call_function(_differentiable_form(target), args, kwargs)
 
     def run_node(self, n: Node) -> Any:

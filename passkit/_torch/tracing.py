@@ -408,7 +408,9 @@ class LayoutKeepingInterpreter(torch.fx.Interpreter):
     """
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
-        return call_keeping_whole(target, args, kwargs)
+        from passkit._torch.regions import bodies_keeping_layout  # it builds on with_layout
+
+        return call_keeping_whole(target, bodies_keeping_layout(target, args), kwargs)
 
     def run_node(self, n: torch.fx.Node) -> Any:
         value = super().run_node(n)

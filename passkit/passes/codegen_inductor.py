@@ -113,9 +113,10 @@ def _graph_for_inductor(gm: GraphModule, options: InductorOptions) -> GraphModul
     table = _torch.inductor_lowering_decompositions(options.fallback_random)
     # An op whose decomposition may decline is no sign of a kept op: it likely declined already.
     # Random ops off the CPU are the exception: their decompositions decline on the CPU alone.
+    # Outlined regions' bodies count too: Inductor lowers them as it lowers the graph.
     if any(n.op == "call_function" and n.target in table
            and (not _torch.decomposition_may_decline(table[n.target]) or _draws_off_cpu(n))
-           for n in gm.graph.nodes):
+           for graph_module in _torch.graph_and_subgraphs(gm) for n in graph_module.graph.nodes):
         copy = _torch.retrace(gm, decompositions=table, functional=False)
         if _torch.has_mutations(copy):
             copy = _torch.retrace(gm, decompositions=table, functional=True)
@@ -127,6 +128,7 @@ def _graph_for_inductor(gm: GraphModule, options: InductorOptions) -> GraphModul
         if node.target is torch.ops.aten.full.default and node.kwargs.get("dtype") is None:
             node.kwargs = {**node.kwargs, "dtype": node.meta["val"].dtype}
     _torch.hide_bernoulli_fills(copy, fallback_random=options.fallback_random)
+    _torch.pin_region_operand_layouts(copy)
     copy.recompile()
     return copy
 
