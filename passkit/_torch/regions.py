@@ -6,29 +6,29 @@ body again, on every call: its autograd key does so before each differentiated c
 functionalization rule keys its own cache on the identity of the callable, which passkit wraps
 afresh for each call. With one body called 24 times that is 24 traces of the body in
 ``functionalize`` and 24 more in ``joint``. The schema depends only on the body and on the
-operands' types, shapes, strides, dtypes and ``requires_grad``, so ``remember_region_schemas``
-keeps one per (body, identifier, operands' metadata), the body held weakly.
+operands' types, shapes, strides, dtypes and ``requires_grad``, so ``region_schemas_remembered``
+keeps one per (body, identifier, operands' metadata), the body held weakly. It does so only
+around passkit's own traces: torch stays as it is for everything else in the process.
 
 ``joint`` lowers ops with their own autograd formula as it differentiates, and a decomposition
 may lay a value out otherwise than the op the body recorded (Inductor's ``cat`` of an empty
 past and one tensor returns that tensor's transposed strides), while the body's ``view`` nodes
-rely on the recorded layout. ``bodies_keeping_layout`` hands torch each body as a function that
-keeps every value's recorded strides, as ``joint`` already does for the graph around it.
+rely on the recorded layout. ``_torch.bodies_keeping_layout`` (with the layout helpers in
+``tracing``) hands torch each body as a function that keeps every value's recorded strides, as
+``joint`` already does for the graph around it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from typing import Any
+from typing import Any, Iterator
 
 import torch
-from torch.fx import GraphModule, Node
-from torch.fx import traceback as fx_traceback
+from torch.fx import GraphModule
 from torch.utils import _pytree as pytree
 
-from passkit._torch.tracing import with_layout
-
-__all__ = ["bodies_keeping_layout", "partition_region_bodies", "pin_region_operand_layouts", "remember_region_schemas"]
+__all__ = ["partition_region_bodies", "region_schemas_remembered"]
 
 _SCHEMAS: "weakref.WeakKeyDictionary[Any, dict[Any, Any]]" = weakref.WeakKeyDictionary()
 
@@ -50,11 +50,15 @@ def _operand_key(value: Any) -> Any:
     return (type(value).__name__, repr(value) if isinstance(value, (int, float, bool, str)) else None)
 
 
-def remember_region_schemas() -> None:
-    """Make ``invoke_subgraph.gen_schema`` compute each distinct schema once (idempotent)."""
+@contextlib.contextmanager
+def region_schemas_remembered() -> Iterator[None]:
+    """While inside, ``invoke_subgraph.gen_schema`` computes each distinct schema once (see the
+    module); torch's own method is back on exit. Re-entrant: an inner use changes nothing."""
     hop = getattr(torch.ops.higher_order, "invoke_subgraph", None)
     if hop is None or getattr(hop, "_passkit_remembers_schemas", False):
+        yield
         return
+    own = "gen_schema" in vars(hop)
     compute = hop.gen_schema
 
     def gen_schema(subgraph: Any, identifier: Any, *operands: Any) -> Any:
@@ -69,68 +73,14 @@ def remember_region_schemas() -> None:
 
     hop.gen_schema = gen_schema
     hop._passkit_remembers_schemas = True
-
-
-class _LayoutKeepingBody(torch.fx.Interpreter):
-    """Run a body under autograd, each value laid out as the body recorded it."""
-
-    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
-        return super().call_function(target, bodies_keeping_layout(target, args), kwargs)
-
-    def run_node(self, n: Node) -> Any:
-        value = super().run_node(n)
-        if n.op == "call_function":
-            return with_layout(value, n.meta.get("val"))
-        return value
-
-
-def bodies_keeping_layout(target: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``args`` of an FX call with an ``invoke_subgraph`` body replaced by a function that runs
-    it keeping each value's recorded strides (see the module); other calls' ``args`` as they are.
-    """
-    hop = getattr(torch.ops.higher_order, "invoke_subgraph", None)
-    if hop is None or target is not hop or not args or not isinstance(args[0], GraphModule):
-        return args
-    body = args[0]
-
-    def run(*operands: Any) -> Any:
-        if not fx_traceback.has_preserved_node_meta():
-            return _LayoutKeepingBody(body).run(*operands)
-        with fx_traceback.preserve_node_meta():  # the body's stack traces reach the joint graph
-            return _LayoutKeepingBody(body).run(*operands)
-
-    run.__wrapped__ = body  # type: ignore[attr-defined]  # the body, for remember_region_schemas
-    return (run, *args[1:])
-
-
-def pin_region_operand_layouts(gm: GraphModule) -> int:
-    """Have Inductor pass every call of a body its operands laid out as the body was traced;
-    returns how many calls it pinned.
-
-    Inductor compiles a body once, for the strides of its first call's operands, and lays each
-    later call's operands out as that call's own traced values are. Two calls of one body may
-    differ there (a tangent from the loss, another from the next layer's backward), and the
-    body's kernels would then read the later call's operands with the first call's strides.
-    Inductor takes each call's operand layouts from ``eager_input_vals`` where a node has it,
-    so every call gets the body's own placeholder values there.
-    """
-    from passkit._torch.hops import _attribute, graph_and_subgraphs
-
-    hop = getattr(torch.ops.higher_order, "invoke_subgraph", None)
-    pinned = 0
-    for graph_module in graph_and_subgraphs(gm):
-        for node in graph_module.graph.nodes:
-            if node.op != "call_function" or node.target is not hop or not isinstance(node.args[0], Node):
-                continue
-            body = _attribute(graph_module, str(node.args[0].target))
-            if not isinstance(body, GraphModule):
-                continue
-            values = [n.meta.get("val") for n in body.graph.nodes if n.op == "placeholder"]
-            if len(values) != len(node.args) - 2 or any(v is None for v in values):
-                continue
-            node.meta["eager_input_vals"] = ((None, node.args[1], *values), {})
-            pinned += 1
-    return pinned
+    try:
+        yield
+    finally:
+        del hop._passkit_remembers_schemas
+        if own:
+            hop.gen_schema = compute
+        else:
+            del hop.gen_schema
 
 
 def partition_region_bodies(joint: GraphModule) -> int:

@@ -128,7 +128,6 @@ def _graph_for_inductor(gm: GraphModule, options: InductorOptions) -> GraphModul
         if node.target is torch.ops.aten.full.default and node.kwargs.get("dtype") is None:
             node.kwargs = {**node.kwargs, "dtype": node.meta["val"].dtype}
     _torch.hide_bernoulli_fills(copy, fallback_random=options.fallback_random)
-    _torch.pin_region_operand_layouts(copy)
     copy.recompile()
     return copy
 
