@@ -70,6 +70,8 @@ class _LeafInterpreter(torch.fx.Interpreter):
         self.leaves: list[tuple[int, torch.Tensor]] = []
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        # An outlined region's body keeps its values' layouts as this graph does (below).
+        args = _torch.bodies_keeping_layout(target, args)
         return super().call_function(_differentiable_form(target), args, kwargs)
 
     def run_node(self, n: Node) -> Any:
@@ -100,7 +102,7 @@ class JointPlan:
             for k, d in enumerate(self.io.outputs)
             if d.kind == "mutation" and inputs[d.index].requires_grad and inputs[d.index].mutated_under_no_grad
         }
-        with program.fake_mode, torch.enable_grad(), _torch.subgraph_grads_by_running(self.main):
+        with program.fake_mode, torch.enable_grad(), _torch.subgraph_grads_by_running(self.main), _torch.region_schemas_remembered():
             outs = _LeafInterpreter(self.main, self.leaf_nodes).run(*program.example_inputs)
         # A user output the traced function left without grad (a gradient computed inside it
         # with ``torch.autograd.grad``) stays without, although the graph computes it from inputs.

@@ -6,20 +6,29 @@ body again, on every call: its autograd key does so before each differentiated c
 functionalization rule keys its own cache on the identity of the callable, which passkit wraps
 afresh for each call. With one body called 24 times that is 24 traces of the body in
 ``functionalize`` and 24 more in ``joint``. The schema depends only on the body and on the
-operands' types, shapes, strides, dtypes and ``requires_grad``, so ``remember_region_schemas``
-keeps one per (body, identifier, operands' metadata), the body held weakly.
+operands' types, shapes, strides, dtypes and ``requires_grad``, so ``region_schemas_remembered``
+keeps one per (body, identifier, operands' metadata), the body held weakly. It does so only
+around passkit's own traces: torch stays as it is for everything else in the process.
+
+``joint`` lowers ops with their own autograd formula as it differentiates, and a decomposition
+may lay a value out otherwise than the op the body recorded (Inductor's ``cat`` of an empty
+past and one tensor returns that tensor's transposed strides), while the body's ``view`` nodes
+rely on the recorded layout. ``_torch.bodies_keeping_layout`` (with the layout helpers in
+``tracing``) hands torch each body as a function that keeps every value's recorded strides, as
+``joint`` already does for the graph around it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch.fx import GraphModule
 from torch.utils import _pytree as pytree
 
-__all__ = ["partition_region_bodies", "remember_region_schemas"]
+__all__ = ["partition_region_bodies", "region_schemas_remembered"]
 
 _SCHEMAS: "weakref.WeakKeyDictionary[Any, dict[Any, Any]]" = weakref.WeakKeyDictionary()
 
@@ -41,11 +50,15 @@ def _operand_key(value: Any) -> Any:
     return (type(value).__name__, repr(value) if isinstance(value, (int, float, bool, str)) else None)
 
 
-def remember_region_schemas() -> None:
-    """Make ``invoke_subgraph.gen_schema`` compute each distinct schema once (idempotent)."""
+@contextlib.contextmanager
+def region_schemas_remembered() -> Iterator[None]:
+    """While inside, ``invoke_subgraph.gen_schema`` computes each distinct schema once (see the
+    module); torch's own method is back on exit. Re-entrant: an inner use changes nothing."""
     hop = getattr(torch.ops.higher_order, "invoke_subgraph", None)
     if hop is None or getattr(hop, "_passkit_remembers_schemas", False):
+        yield
         return
+    own = "gen_schema" in vars(hop)
     compute = hop.gen_schema
 
     def gen_schema(subgraph: Any, identifier: Any, *operands: Any) -> Any:
@@ -60,6 +73,14 @@ def remember_region_schemas() -> None:
 
     hop.gen_schema = gen_schema
     hop._passkit_remembers_schemas = True
+    try:
+        yield
+    finally:
+        del hop._passkit_remembers_schemas
+        if own:
+            hop.gen_schema = compute
+        else:
+            del hop.gen_schema
 
 
 def partition_region_bodies(joint: GraphModule) -> int:

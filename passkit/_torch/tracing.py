@@ -21,6 +21,7 @@ from torch._ops import OpOverload, OpOverloadPacket
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from passkit._torch.regions import region_schemas_remembered
 from passkit._torch.hops import (
     HigherOrderOperator,
     call_keeping_whole,
@@ -35,6 +36,7 @@ __all__ = [
     "FakeTensorMode",
     "InputMutation",
     "LayoutKeepingInterpreter",
+    "bodies_keeping_layout",
     "OpOverload",
     "OpOverloadPacket",
     "StorageWeakRef",
@@ -170,7 +172,7 @@ def functional_trace(
     fake_mode = fake_mode_of(args)
     context = _in_fake_mode(fake_mode)
     # A graph's no_grad region that raises midway would leave grad mode off for the caller.
-    with context, fresh_subgraph_caches(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
+    with context, fresh_subgraph_caches(), region_schemas_remembered(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
         gm = make_fx(
             functionalized,
             decomposition_table=decompositions or {},
@@ -244,7 +246,7 @@ def retrace(
             raise RuntimeError(f"retrace found input mutations in a functional graph: {mutations}")
     else:
         fake_mode = fake_mode_of(args)
-        with _in_fake_mode(fake_mode), fresh_subgraph_caches(), fx_traceback.preserve_node_meta():
+        with _in_fake_mode(fake_mode), fresh_subgraph_caches(), region_schemas_remembered(), fx_traceback.preserve_node_meta():
             new_gm = make_fx(interpret, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch)(*args)
         _rename_placeholders(new_gm, names)
     _use_plain_codegen(new_gm)
@@ -326,7 +328,7 @@ def trace_graph(
 ) -> GraphModule:
     """Trace ``fn`` as it is, mutations included; pre-dispatch keeps ``no_grad`` blocks."""
     fake_mode = fake_mode_of(fake_args)
-    with _in_fake_mode(fake_mode), fresh_subgraph_caches(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
+    with _in_fake_mode(fake_mode), fresh_subgraph_caches(), region_schemas_remembered(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
         gm = make_fx(
             fn, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch, record_module_stack=True
         )(*fake_args)
@@ -408,13 +410,50 @@ class LayoutKeepingInterpreter(torch.fx.Interpreter):
     """
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
-        return call_keeping_whole(target, args, kwargs)
+        return call_keeping_whole(target, bodies_keeping_layout(target, args), kwargs)
 
     def run_node(self, n: torch.fx.Node) -> Any:
         value = super().run_node(n)
         if n.op == "call_function" and isinstance(value, torch.Tensor):
             return with_layout(value, n.meta.get("val"))
         return value
+
+
+class _LayoutKeepingBody(torch.fx.Interpreter):
+    """Run a body under autograd, each value laid out as the body recorded it."""
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        return super().call_function(target, bodies_keeping_layout(target, args), kwargs)
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        value = super().run_node(n)
+        if n.op == "call_function":
+            return with_layout(value, n.meta.get("val"))
+        return value
+
+
+def bodies_keeping_layout(target: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``args`` of an FX call with an ``invoke_subgraph`` body replaced by a function that runs
+    it keeping each value's recorded strides; other calls' ``args`` as they are.
+
+    ``joint`` lowers ops with their own autograd formula as it differentiates, and a
+    decomposition may lay a value out otherwise than the op the body recorded (Inductor's
+    ``cat`` of an empty past and one tensor returns that tensor's transposed strides), while the
+    body's ``view`` nodes rely on the recorded layout (see ``with_layout``).
+    """
+    hop = getattr(torch.ops.higher_order, "invoke_subgraph", None)
+    if hop is None or target is not hop or not args or not isinstance(args[0], GraphModule):
+        return args
+    body = args[0]
+
+    def run(*operands: Any) -> Any:
+        if not fx_traceback.has_preserved_node_meta():
+            return _LayoutKeepingBody(body).run(*operands)
+        with fx_traceback.preserve_node_meta():  # the body's stack traces reach the joint graph
+            return _LayoutKeepingBody(body).run(*operands)
+
+    run.__wrapped__ = body  # type: ignore[attr-defined]  # the body, for _torch.regions
+    return (run, *args[1:])
 
 
 # -- random ops that fill a strided tensor in place ------------------------------------------

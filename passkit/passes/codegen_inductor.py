@@ -113,9 +113,10 @@ def _graph_for_inductor(gm: GraphModule, options: InductorOptions) -> GraphModul
     table = _torch.inductor_lowering_decompositions(options.fallback_random)
     # An op whose decomposition may decline is no sign of a kept op: it likely declined already.
     # Random ops off the CPU are the exception: their decompositions decline on the CPU alone.
+    # Outlined regions' bodies count too: Inductor lowers them as it lowers the graph.
     if any(n.op == "call_function" and n.target in table
            and (not _torch.decomposition_may_decline(table[n.target]) or _draws_off_cpu(n))
-           for n in gm.graph.nodes):
+           for graph_module in _torch.graph_and_subgraphs(gm) for n in graph_module.graph.nodes):
         copy = _torch.retrace(gm, decompositions=table, functional=False)
         if _torch.has_mutations(copy):
             copy = _torch.retrace(gm, decompositions=table, functional=True)
@@ -305,7 +306,7 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
             is_inference=is_inference,
             static_input_idxs=static,
             user_visible_output_idxs=visible,
-            config_patches=options.config_patches(),
+            config_patches={**options.config_patches(), **_region_config(graph)},
             graph_id=graph_id,
             pair_state=pair_state,
             donated=donated,
@@ -313,6 +314,16 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
     except Exception as exc:  # noqa: BLE001 - any Inductor failure becomes the one-line fallback error
         raise PassError(inductor_fallback_message(name, program.training, exc)) from exc
     return _torch.inductor_callable(compiled), strides, recipe, _torch.inductor_source(compiled)
+
+
+def _region_config(graph: GraphModule) -> dict[str, Any]:
+    """Inductor settings a graph that calls outlined regions (``invoke_subgraph``) needs.
+
+    With buffer reuse on, Inductor (torch 2.13) wrote a later buffer into memory that a
+    region's call still read: GPT-2's backward under ``training`` with regions gave gradients
+    off by orders of magnitude, exact with reuse off. In-place buffers stay on.
+    """
+    return {"allow_buffer_reuse": False} if _torch.calls_higher_order(graph, "invoke_subgraph") else {}
 
 
 def _with_source(fn: Callable[..., Any], source: str | None) -> Callable[..., Any]:

@@ -299,5 +299,4 @@ def partition_bodies(program: Program) -> bool:
 
 @hookimpl
 def passkit_register_passes() -> list:
-    _torch.remember_region_schemas()  # outlined bodies are called many times; see the module
     return [regions, partition_bodies]

@@ -93,11 +93,14 @@ class EncoderDecoder(nn.Module):
 
 
 class GPT2Logits(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, dropout: float = 0.1) -> None:
         super().__init__()
         import transformers
 
-        config = transformers.GPT2Config(n_layer=3, n_head=4, n_embd=32, vocab_size=100, n_positions=32)
+        config = transformers.GPT2Config(
+            n_layer=3, n_head=4, n_embd=32, vocab_size=100, n_positions=32,
+            attn_pdrop=dropout, resid_pdrop=dropout, embd_pdrop=dropout,
+        )
         self.model = transformers.GPT2LMHeadModel(config).train()
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -155,6 +158,16 @@ def test_training_with_regions_on_is_exact_with_inductor(tmp_path: Path) -> None
     assert record.id == "regions"
     assert record.stats["repeats"] == {"blocks.* (Block, 30 nodes)": 2}
     assert "regions=1, repeats={'blocks.* (Block, 30 nodes)': 2}, spared_nodes=30" in record.remarks()
+
+
+@pytest.mark.slow
+def test_gpt2_under_training_with_regions_is_exact_without_dropout(tmp_path: Path) -> None:
+    # Its attention's ``cat`` of an empty past is lowered in ``joint`` to a copy with other
+    # strides than the body recorded; bodies keep their layouts there. Dropout under `training`
+    # with regions still differs from eager (docs/regions.md, Known limits).
+    pytest.importorskip("transformers")
+    record = _compare(lambda: GPT2Logits(dropout=0.0), [torch.randint(0, 100, (2, 16))], _pipeline(tmp_path, TRAINING))
+    assert record.stats["repeats"] == {"model.transformer.h.* (GPT2Block, 46 nodes)": 3}
 
 
 @pytest.mark.slow
