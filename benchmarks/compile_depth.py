@@ -6,7 +6,7 @@ their default settings otherwise (attention implementation, dropout, activations
 hidden size (GPT-2: 128, 4 heads; Llama: 128, 4 heads, MLP 344), vocabulary 1000, input (4, 64).
 
 Contenders: ``eager``; ``inductor`` (``torch.compile``); ``training`` (passkit's default
-pipeline); ``training-regions`` (the same with the ``regions`` and ``regions.partition`` steps
+pipeline); ``training-regions`` (the same with the ``regions`` step
 added: repeated layers outlined, docs/regions.md).
 
 Method: every compile runs in a fresh subprocess with ``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``,
@@ -49,9 +49,6 @@ extends = "training"
 pass = "regions"
 before = "functionalize"
 
-[[steps]]
-pass = "regions.partition"
-before = "partition.min_cut"
 """
 CONTENDERS = ["eager", "inductor", "training-regions", "training"]
 WORKLOADS = ["stack2", "stack8", "stack24", "stack48", "gpt2", "llama"]

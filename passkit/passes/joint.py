@@ -4,7 +4,8 @@ The joint graph's inputs are the primals (``primals_N``) and one tangent per out
 grad (``tangents_N``); its outputs are main's outputs followed by one gradient per input that
 requires grad. The joint function (``passkit.autodiff``) is traced inside ``make_fx``; when the
 backward comes out with in-place ops, the trace is repeated under functionalization, so the
-result is functional.
+result is functional. The bodies of ``invoke_subgraph`` calls are split into forward and backward
+here, once per body.
 """
 
 from __future__ import annotations
@@ -70,6 +71,11 @@ def joint(program: Program) -> bool:
         if mutations:
             raise RuntimeError(f"joint trace mutated its inputs: {mutations}")
     gm.graph.eliminate_dead_code()
+    # torch's autograd rule for ``invoke_subgraph`` (the user's ``nested_compile_region``, the
+    # ``regions`` pass) puts a body's whole joint in its backward call, which recomputes the
+    # forward there and draws new dropout masks; each body is split once into a forward that also
+    # returns what its backward needs and a backward that reads those, as torch's AOT path does.
+    bodies = _torch.partition_region_bodies(gm)
     _tag_forward_and_backward(gm, len(io.outputs))
     gm.recompile()
     io = GraphIO(
@@ -79,6 +85,8 @@ def joint(program: Program) -> bool:
     program.drop_graph("main")
     program.set_graph("joint", gm, io)
     program.record_stat("tangents", len(plan.diff_outputs))
+    if bodies:
+        program.record_stat("bodies_split", bodies)
     return True
 
 

@@ -34,7 +34,7 @@ from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
 from passkit.program import Program
 
-__all__ = ["regions", "partition_bodies", "Layer", "find_layers", "outline"]
+__all__ = ["regions", "Layer", "find_layers", "outline"]
 
 # One instance of a container's item: "L['self'].blocks.3" -> ("L['self'].blocks", "3").
 _INDEXED = re.compile(r"^(?P<container>.+?)(?:\.|\[)(?P<index>\d+)\]?$")
@@ -287,16 +287,6 @@ def _short(container: str) -> str:
     return re.sub(r"^L\['self'\]\.?", "", container) or container
 
 
-@graph_pass("regions.partition", requires={"joint"})
-def partition_bodies(program: Program) -> bool:
-    """Split each region's joint body into forward and backward once (saves random draws)."""
-    if "joint" not in program.graphs:
-        return False
-    split = _torch.partition_region_bodies(program.graphs["joint"])
-    program.record_stat("bodies", split)
-    return split > 0
-
-
 @hookimpl
 def passkit_register_passes() -> list:
-    return [regions, partition_bodies]
+    return [regions]

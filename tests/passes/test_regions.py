@@ -13,7 +13,7 @@ from torch import nn
 import passkit
 from passkit.examples import transformer
 
-# The fast pipeline with both steps added.
+# The fast pipeline with the step added.
 OVERLAY = """
 [pipeline]
 name = "regions-python"
@@ -23,19 +23,16 @@ extends = "training-python"
 pass = "regions"
 before = "functionalize"
 
-[[steps]]
-pass = "regions.partition"
-after = "joint"
 """
 
 WITHOUT = """
 [pipeline]
 name = "no-regions"
 extends = "regions-python"
-disable = ["regions", "regions.partition"]
+disable = ["regions"]
 """
 
-# `training` with both steps (docs/regions.md says why it does not have them yet).
+# `training` with the step (docs/regions.md says why it does not have them yet).
 TRAINING = """
 [pipeline]
 name = "training-regions"
@@ -45,9 +42,6 @@ extends = "training"
 pass = "regions"
 before = "functionalize"
 
-[[steps]]
-pass = "regions.partition"
-before = "partition.min_cut"
 """
 
 
@@ -178,7 +172,7 @@ def test_a_pipeline_with_the_steps_disabled_still_trains_exactly(tmp_path: Path)
     x = torch.randn(2, 8, 32)
     torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
     statuses = {record.id: record.status for record in compiled.passkit_reports[0].records}
-    assert statuses["regions"] == statuses["regions.partition"] == "skipped"
+    assert statuses["regions"] == "skipped"
 
 
 def test_a_layer_used_once_is_left_inline(tmp_path: Path) -> None:
@@ -204,3 +198,42 @@ def test_annotated_regions_are_kept_as_the_user_marked_them(tmp_path: Path) -> N
     out.sum().backward()
     torch.testing.assert_close(out, fn(x, w))
     assert compiled.passkit_reports[0].records[0].stats == {"regions": 0}
+
+
+class AnnotatedDropoutLayers(nn.Module):
+    """The user's own regions (``nested_compile_region``), each with dropout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linears = nn.ModuleList(nn.Linear(16, 16) for _ in range(3))
+        self.drop = nn.Dropout(0.1)
+
+    @torch.compiler.nested_compile_region
+    def layer(self, linear: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(torch.relu(linear(x)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for linear in self.linears:
+            x = self.layer(linear, x)
+        return x
+
+
+def test_annotated_regions_with_dropout_train_exactly_on_training_python() -> None:
+    # joint splits each body once: torch's rule alone recomputed the forward (new masks) in the backward.
+    record = _compare(AnnotatedDropoutLayers, [torch.randn(4, 16)], "training-python")
+    assert record.id == "functionalize"
+
+
+@pytest.mark.slow
+def test_dropout_in_a_region_under_training_is_one_line_not_wrong_gradients() -> None:
+    torch.manual_seed(0)
+    compiled = passkit.compile(AnnotatedDropoutLayers(), pipeline="training", cache="off")
+    with pytest.raises(passkit.PasskitError) as failure:
+        compiled(torch.randn(4, 16))
+    message = str(failure.value)
+    assert "\n" not in message
+    assert (
+        "steps[8] (codegen.inductor) failed: PassError: codegen.inductor cannot yet train a region that draws random "
+        "numbers (aten.native_dropout.default in an invoke_subgraph body of the forward: nested_compile_region or the "
+        "regions pass); use codegen.python (training-python), or keep that layer out of the region"
+    ) in message
