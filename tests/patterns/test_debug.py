@@ -6,17 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from passkit.capture import program_from_function
-from passkit.passes.functionalize import functionalize
+from functional_graphs import functional_main
 from passkit.patterns import Op, Pattern, Var, from_trace
 from passkit.patterns.debug import why_not
 from passkit.testing import assert_pattern_matches
-
-
-def _main(fn, *inputs):
-    program = program_from_function(fn, list(inputs))
-    functionalize(program)
-    return program.graphs["main"]
 
 
 def exact(x):
@@ -25,7 +18,7 @@ def exact(x):
 
 def test_a_differing_argument_is_named() -> None:
     pattern = from_trace(exact, [torch.empty(3, 5)], exact)
-    gm = _main(lambda x: F.gelu(x, approximate="tanh") * 2, torch.randn(3, 5))
+    gm = functional_main(lambda x: F.gelu(x, approximate="tanh") * 2, torch.randn(3, 5))
     assert why_not(gm, pattern) == [
         "exact at gelu: at depth 2: node gelu (aten.gelu.default) argument 1 (approximate): wanted 'none', found 'tanh'"
     ]
@@ -33,7 +26,7 @@ def test_a_differing_argument_is_named() -> None:
 
 def test_a_missing_root_op_is_said_so() -> None:
     pattern = Pattern("nn", Op(torch.ops.aten.neg.default, Var("x")), build=lambda b, x: x)
-    gm = _main(lambda x: x.exp(), torch.randn(3))
+    gm = functional_main(lambda x: x.exp(), torch.randn(3))
     assert why_not(gm, pattern) == ["nn: no node calls aten.neg.default, the pattern's root op"]
 
 
