@@ -326,39 +326,6 @@ def _region_config(graph: GraphModule) -> dict[str, Any]:
     return {"allow_buffer_reuse": False} if _torch.calls_higher_order(graph, "invoke_subgraph") else {}
 
 
-def _refuse_random_region_bodies(program: Program) -> None:
-    """A one-line error, not wrong gradients, for dropout inside a differentiated region body.
-
-    With a random op inside an ``invoke_subgraph`` body (``nested_compile_region``, the
-    ``regions`` pass), the forward and the backward Inductor builds here (torch 2.13) disagree on
-    the mask: outputs match eager, gradients do not, while the same graphs through
-    ``codegen.python`` are exact. Until the cause is found the compile stops here.
-    """
-    for name in ("forward", "backward"):
-        if not _torch.calls_higher_order(program.graphs[name], "invoke_subgraph"):
-            continue
-        for body in _torch.graph_and_subgraphs(program.graphs[name])[1:]:
-            drawn = next((n for n in body.graph.nodes if _draws(n)), None)
-            if drawn is not None:
-                raise PassError(
-                    f"codegen.inductor cannot yet train a region that draws random numbers ({drawn.target} in an "
-                    f"invoke_subgraph body of the {name}: nested_compile_region or the regions pass); "
-                    "use codegen.python (training-python), or keep that layer out of the region"
-                )
-
-
-def _draws(node: Node) -> bool:
-    """Whether ``node`` draws random numbers: attention ops with ``dropout_p = 0`` do not."""
-    if node.op != "call_function" or not _torch.draws_random_numbers(node.target):
-        return False
-    names = [argument.name for argument in node.target._schema.arguments]
-    if "dropout_p" not in names:
-        return True
-    index = names.index("dropout_p")
-    p = node.args[index] if index < len(node.args) else node.kwargs.get("dropout_p", 0.0)
-    return not (isinstance(p, (int, float)) and p == 0)
-
-
 def _with_source(fn: Callable[..., Any], source: str | None) -> Callable[..., Any]:
     """``fn`` showing the code Inductor generated, for dumps and traces (``passkit_source``)."""
     if source is not None:
@@ -463,7 +430,6 @@ def codegen_inductor(program: Program, **options: Any) -> bool:
     """Compile every graph with Inductor's inner compiler (fused C++/Triton kernels)."""
     opts = InductorOptions(**options)
     if "forward" in program.graphs:
-        _refuse_random_region_bodies(program)
         _compile_with_kernels_together(program, opts, "forward or backward", _compile_forward_and_backward)
     elif "main" in program.graphs:
         _compile_with_kernels_together(program, opts, "main", _compile_main)

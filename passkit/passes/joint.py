@@ -76,6 +76,9 @@ def joint(program: Program) -> bool:
     # forward there and draws new dropout masks; each body is split once into a forward that also
     # returns what its backward needs and a backward that reads those, as torch's AOT path does.
     bodies = _torch.partition_region_bodies(gm)
+    # torch gives every call of a body the body's own output values; a later re-trace (Inductor's
+    # decompositions in codegen.inductor) would then read one call's saved values for all.
+    _torch.region_results_of_their_own(gm)
     _tag_forward_and_backward(gm, len(io.outputs))
     gm.recompile()
     io = GraphIO(

@@ -157,10 +157,23 @@ def test_training_with_regions_on_is_exact_with_inductor(tmp_path: Path) -> None
 @pytest.mark.slow
 def test_gpt2_under_training_with_regions_is_exact_without_dropout(tmp_path: Path) -> None:
     # Its attention's ``cat`` of an empty past is lowered in ``joint`` to a copy with other
-    # strides than the body recorded; bodies keep their layouts there. Dropout under `training`
-    # with regions still differs from eager (docs/regions.md, Known limits).
+    # strides than the body recorded; bodies keep their layouts there.
     pytest.importorskip("transformers")
     record = _compare(lambda: GPT2Logits(dropout=0.0), [torch.randint(0, 100, (2, 16))], _pipeline(tmp_path, TRAINING))
+    assert record.stats["repeats"] == {"model.transformer.h.* (GPT2Block, 46 nodes)": 3}
+
+
+@pytest.mark.slow
+def test_block_stack_with_dropout_trains_exactly_on_training_with_regions(tmp_path: Path) -> None:
+    record = _compare(lambda: Stack(4), [torch.randn(2, 16, 32)], _pipeline(tmp_path, TRAINING))
+    assert record.stats["repeats"] == {"layers.* (DropoutBlock, 31 nodes)": 3}
+
+
+@pytest.mark.slow
+def test_gpt2_at_its_defaults_trains_exactly_on_training_with_regions(tmp_path: Path) -> None:
+    # Dropout 0.1 in attention, residuals and embeddings, as Hugging Face's defaults.
+    pytest.importorskip("transformers")
+    record = _compare(GPT2Logits, [torch.randint(0, 100, (2, 16))], _pipeline(tmp_path, TRAINING))
     assert record.stats["repeats"] == {"model.transformer.h.* (GPT2Block, 46 nodes)": 3}
 
 
@@ -225,15 +238,8 @@ def test_annotated_regions_with_dropout_train_exactly_on_training_python() -> No
 
 
 @pytest.mark.slow
-def test_dropout_in_a_region_under_training_is_one_line_not_wrong_gradients() -> None:
-    torch.manual_seed(0)
-    compiled = passkit.compile(AnnotatedDropoutLayers(), pipeline="training", cache="off")
-    with pytest.raises(passkit.PasskitError) as failure:
-        compiled(torch.randn(4, 16))
-    message = str(failure.value)
-    assert "\n" not in message
-    assert (
-        "steps[8] (codegen.inductor) failed: PassError: codegen.inductor cannot yet train a region that draws random "
-        "numbers (aten.native_dropout.default in an invoke_subgraph body of the forward: nested_compile_region or the "
-        "regions pass); use codegen.python (training-python), or keep that layer out of the region"
-    ) in message
+def test_annotated_regions_with_dropout_train_exactly_on_training() -> None:
+    # Every call of a body shared its saved values' fake tensors, and codegen.inductor's re-trace
+    # through Inductor's decompositions then fed every backward call the last forward call's mask.
+    record = _compare(AnnotatedDropoutLayers, [torch.randn(4, 16)], "training")
+    assert record.id == "functionalize"

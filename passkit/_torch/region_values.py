@@ -1,0 +1,120 @@
+"""Own the example values of outlined regions' results: one per call, not one per body.
+
+When torch splits a body into forward and backward (``run_joint_graph_passes_on_hops``), it
+gives each rewired ``invoke_subgraph`` call, and the ``getitem`` that reads each saved value, the
+example values (``meta["val"]``) of the body's own output node. Every call of one body then
+shares the same fake tensor objects: the saved mask of layer 1 and of layer 3 are one object.
+torch's AOT path never traces those graphs again, but passkit does (``codegen.inductor``
+re-traces a graph through Inductor's decompositions on its placeholders' values), and
+``make_fx`` knows a value by its identity: every backward call then read the saved values of
+the last forward call, and dropout's gradients came out with another layer's mask.
+``region_results_of_their_own`` gives each call values of its own, aliasing what the body's
+results alias: a result that is (a view of) an operand is a view of that call's operand, and the
+others get fresh storage, so the storage checks that decide donation stay right too.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Node
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from passkit._torch.hops import graph_and_subgraphs
+
+__all__ = ["region_results_of_their_own"]
+
+
+def _storage(value: Any) -> Any:
+    return StorageWeakRef(value.untyped_storage()) if isinstance(value, torch.Tensor) else None
+
+
+def _fake_mode(values: list[Any]) -> Any:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return next((v.fake_mode for v in values if isinstance(v, FakeTensor)), None)
+
+
+def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape) and tuple(a.stride()) == tuple(b.stride())
+            and a.storage_offset() == b.storage_offset())
+
+
+def _view_like(base: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``like``'s layout on ``base``'s storage (``base`` itself when they match)."""
+    if _same_layout(base, like):
+        return base
+    if base.dtype != like.dtype:
+        return torch.empty_strided(like.shape, like.stride(), dtype=like.dtype, device=like.device)
+    return base.as_strided(like.shape, like.stride(), like.storage_offset())
+
+
+def _call_results(body: GraphModule, operands: list[Any]) -> list[Any] | None:
+    """This call's own example values for the body's results, or None where the body's outputs
+    carry no tensor values to copy."""
+    placeholders = [n.meta.get("val") for n in body.graph.nodes if n.op == "placeholder"]
+    output = next(n for n in reversed(body.graph.nodes) if n.op == "output")
+    outputs = [n.meta.get("val") if isinstance(n, Node) else None for n in output.args[0]]
+    fake_mode = _fake_mode([*outputs, *operands])
+    if fake_mode is None or len(placeholders) != len(operands):
+        return None
+    operand_by_storage: dict[Any, Any] = {}
+    for inner, outer in zip(placeholders, operands):
+        storage = _storage(inner)
+        if storage is not None and isinstance(outer, torch.Tensor):
+            operand_by_storage.setdefault(storage, outer)
+    fresh_by_storage: dict[Any, torch.Tensor] = {}
+    results: list[Any] = []
+    with fake_mode:
+        for value in outputs:
+            storage = _storage(value)
+            if storage is None:
+                results.append(value)  # SymInts and None: no identity to share
+            elif storage in operand_by_storage:
+                results.append(_view_like(operand_by_storage[storage], value))
+            elif storage in fresh_by_storage:
+                results.append(_view_like(fresh_by_storage[storage], value))
+            else:
+                fresh = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
+                if value.storage_offset():
+                    fresh = _view_like(torch.empty(value.untyped_storage().nbytes() // value.element_size(),
+                                                   dtype=value.dtype, device=value.device), value)
+                fresh_by_storage[storage] = fresh
+                results.append(fresh)
+    return results
+
+
+def region_results_of_their_own(gm: GraphModule) -> int:
+    """Give every ``invoke_subgraph`` call in ``gm`` (and in its bodies) example values of its
+    own where it shares its body's output values (see the module); returns how many values
+    were replaced."""
+    hop = getattr(torch.ops.higher_order, "invoke_subgraph", None)
+    replaced = 0
+    for graph_module in graph_and_subgraphs(gm):
+        for node in graph_module.graph.nodes:
+            if node.op != "call_function" or node.target is not hop or not isinstance(node.args[0], Node):
+                continue
+            body = getattr(graph_module, node.args[0].target)
+            output = next(n for n in reversed(body.graph.nodes) if n.op == "output")
+            shared = [n.meta.get("val") if isinstance(n, Node) else None for n in output.args[0]]
+            values = node.meta.get("val")
+            if not isinstance(values, (tuple, list)) or not any(
+                    isinstance(v, torch.Tensor) and any(v is s for s in shared) for v in values):
+                continue
+            operands = [a.meta.get("val") if isinstance(a, Node) else a for a in node.args[2:]]
+            own = _call_results(body, operands)
+            if own is None or len(own) != len(values):
+                continue
+            merged = [mine if isinstance(v, torch.Tensor) and v is shared[k] else v
+                      for k, (v, mine) in enumerate(zip(values, own))]
+            node.meta["val"] = type(values)(merged)
+            for user in node.users:
+                if user.target is operator.getitem and isinstance(user.args[1], int):
+                    k = user.args[1]
+                    current = user.meta.get("val")
+                    if isinstance(current, torch.Tensor) and current is shared[k]:
+                        user.meta["val"] = merged[k]
+                        replaced += 1
+    return replaced
