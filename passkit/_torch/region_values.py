@@ -16,6 +16,7 @@ others get fresh storage, so the storage checks that decide donation stay right 
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from typing import Any
 
 import torch
@@ -42,13 +43,20 @@ def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
             and a.storage_offset() == b.storage_offset())
 
 
-def _view_like(base: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``like``'s layout on ``base``'s storage (``base`` itself when they match)."""
-    if _same_layout(base, like):
+def _view_like(base: torch.Tensor, like: torch.Tensor, offset: Any = 0) -> torch.Tensor:
+    """``like``'s layout on ``base``'s storage, its offset moved by ``offset`` (``base`` itself
+    when they match)."""
+    if offset == 0 and _same_layout(base, like):
         return base
-    if base.dtype != like.dtype:
-        return torch.empty_strided(like.shape, like.stride(), dtype=like.dtype, device=like.device)
-    return base.as_strided(like.shape, like.stride(), like.storage_offset())
+    if base.dtype == like.dtype:
+        return base.as_strided(like.shape, like.stride(), like.storage_offset() + offset)
+    return _on_storage(base.untyped_storage(), like, offset * base.element_size() // like.element_size())
+
+
+def _on_storage(storage: Any, like: torch.Tensor, offset: Any = 0) -> torch.Tensor:
+    """A tensor laid out as ``like`` on ``storage`` (a reinterpreting view keeps its dtype)."""
+    empty = torch.empty(0, dtype=like.dtype, device=like.device)
+    return empty.set_(storage, like.storage_offset() + offset, like.shape, like.stride())
 
 
 def _call_results(body: GraphModule, operands: list[Any]) -> list[Any] | None:
@@ -60,11 +68,14 @@ def _call_results(body: GraphModule, operands: list[Any]) -> list[Any] | None:
     fake_mode = _fake_mode([*outputs, *operands])
     if fake_mode is None or len(placeholders) != len(operands):
         return None
-    operand_by_storage: dict[Any, Any] = {}
+    # A result on an operand's storage is that operand (or a view of it) in this call too; its
+    # offset is counted from where this call's operand starts, not the body's own placeholder.
+    operand_by_storage: dict[Any, tuple[torch.Tensor, torch.Tensor]] = {}
     for inner, outer in zip(placeholders, operands):
         storage = _storage(inner)
         if storage is not None and isinstance(outer, torch.Tensor):
-            operand_by_storage.setdefault(storage, outer)
+            operand_by_storage.setdefault(storage, (inner, outer))
+    sharing = Counter(_storage(value) for value in outputs)
     fresh_by_storage: dict[Any, torch.Tensor] = {}
     results: list[Any] = []
     with fake_mode:
@@ -73,14 +84,18 @@ def _call_results(body: GraphModule, operands: list[Any]) -> list[Any] | None:
             if storage is None:
                 results.append(value)  # SymInts and None: no identity to share
             elif storage in operand_by_storage:
-                results.append(_view_like(operand_by_storage[storage], value))
+                inner, outer = operand_by_storage[storage]
+                if value is inner or _same_layout(value, inner):
+                    results.append(outer)
+                else:
+                    results.append(_view_like(outer, value, outer.storage_offset() - inner.storage_offset()))
             elif storage in fresh_by_storage:
                 results.append(_view_like(fresh_by_storage[storage], value))
             else:
                 fresh = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
-                if value.storage_offset():
-                    fresh = _view_like(torch.empty(value.untyped_storage().nbytes() // value.element_size(),
-                                                   dtype=value.dtype, device=value.device), value)
+                if value.storage_offset() != 0 or sharing[storage] > 1:  # room for every view of it
+                    whole = torch.empty(value.untyped_storage().nbytes(), dtype=torch.uint8, device=value.device)
+                    fresh = _on_storage(whole.untyped_storage(), value)
                 fresh_by_storage[storage] = fresh
                 results.append(fresh)
     return results
