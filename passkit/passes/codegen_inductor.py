@@ -265,12 +265,13 @@ def _backward_call(compiled: Callable[[list[Any]], Any], expected: Sequence[Any]
     It also takes its inputs boxed (``run.passkit_boxed(list)``, a list it empties), so that the
     runtime can drop its own references and the saved tensors die as the backward goes.
     """
-    layouts = [(k, tuple(expected[k].stride())) for k in check]
+    layouts = [(k, _traced_layout(expected[k])) for k in check]
     keeps_graph = _torch.backward_keeps_graph
 
     def boxed_run(boxed: list[Any]) -> Any:
-        for k, stride in layouts:
+        for k, layout in layouts:
             value = boxed[k]
+            stride = layout if isinstance(layout, tuple) else _dense_strides(value.size(), layout.order)
             if value.stride() != stride:
                 boxed[k] = torch.empty_strided(value.size(), stride, dtype=value.dtype, device=value.device).copy_(value)
         if donated and keeps_graph():
@@ -283,6 +284,33 @@ def _backward_call(compiled: Callable[[list[Any]], Any], expected: Sequence[Any]
 
     run.passkit_boxed = boxed_run  # type: ignore[attr-defined]
     return run
+
+
+class _DenseOrder(pydantic.BaseModel):
+    """A symbolic program's traced layout: dense, dimensions from outermost to innermost."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    order: tuple[int, ...]
+
+
+def _traced_layout(value: torch.Tensor) -> tuple[int, ...] | _DenseOrder:
+    """The strides a tensor input must arrive with; in a symbolic program, whose strides are
+    expressions of the sizes, the order of its dimensions, to lay out densely at each call."""
+    strides = tuple(value.stride())
+    if all(isinstance(s, int) for s in strides):
+        return strides
+    hints = [_torch.size_hint(s) for s in strides]
+    return _DenseOrder(order=tuple(sorted(range(len(hints)), key=lambda d: -hints[d])))
+
+
+def _dense_strides(size: Sequence[int], order: Sequence[int]) -> tuple[int, ...]:
+    strides = [0] * len(size)
+    step = 1
+    for d in reversed(order):
+        strides[d] = step
+        step *= max(size[d], 1)
+    return tuple(strides)
 
 
 def _compile(program: Program, name: str, examples: list[Any], options: InductorOptions, *,

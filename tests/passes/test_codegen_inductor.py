@@ -94,6 +94,21 @@ def test_gradients_in_another_layout_than_traced_are_accepted() -> None:
     torch.testing.assert_close(w.grad, w_ref.grad, **TOLERANCE)
 
 
+def test_a_symbolic_program_accepts_gradients_in_another_layout() -> None:
+    # Under ``dynamic=True`` the traced strides are expressions of the sizes; the wrapper lays the
+    # expanded gradient out densely in the traced order for each call's sizes.
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(8, 8), nn.GELU())
+    twin = copy.deepcopy(eager)
+    compiled = passkit.compile(twin, pipeline="training", cache="off", dynamic=True)
+    for shape in ((2, 5, 8), (3, 7, 8)):
+        x = torch.randn(*shape)
+        compiled(x).sum().backward()
+        eager(x).sum().backward()
+        for param, expected in zip(twin.parameters(), eager.parameters()):
+            torch.testing.assert_close(param.grad, expected.grad, **TOLERANCE)
+
+
 def test_input_mutations_and_views_are_written_back() -> None:
     def fn(x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         state.mul_(0.5).add_(x.detach().mean())
