@@ -25,7 +25,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from passkit._torch.hops import graph_and_subgraphs
 
-__all__ = ["region_results_of_their_own"]
+__all__ = ["operands_read_directly", "region_results_alias_operands", "region_results_of_their_own"]
 
 
 def _storage(value: Any) -> Any:
@@ -133,3 +133,87 @@ def region_results_of_their_own(gm: GraphModule) -> int:
                         user.meta["val"] = merged[k]
                         replaced += 1
     return replaced
+
+
+def _calls(gm: GraphModule) -> list[tuple[GraphModule, Node, GraphModule]]:
+    """Every ``invoke_subgraph`` call in ``gm`` at any depth: the graph holding it, the call and
+    its body."""
+    hop = getattr(torch.ops.higher_order, "invoke_subgraph", None)
+    return [
+        (graph_module, node, getattr(graph_module, node.args[0].target))
+        for graph_module in graph_and_subgraphs(gm)
+        for node in graph_module.graph.nodes
+        if node.op == "call_function" and node.target is hop and isinstance(node.args[0], Node)
+    ]
+
+
+def _body_outputs(body: GraphModule) -> list[Any]:
+    return list(next(n for n in reversed(body.graph.nodes) if n.op == "output").args[0])
+
+
+def _view_chain(result: Any, placeholders: list[Node]) -> tuple[Node, list[Node]] | None:
+    """The placeholder ``result`` is, or a view of through ATen view ops whose other arguments
+    are constants, with those views from the placeholder outwards; None for anything else."""
+    chain: list[Node] = []
+    while isinstance(result, Node) and result not in placeholders:
+        read: list[Node] = []
+        torch.fx.node.map_arg((result.args[1:], result.kwargs), read.append)
+        if result.op != "call_function" or not getattr(result.target, "is_view", False) or read or not result.args:
+            return None
+        chain.append(result)
+        result = result.args[0]
+    return (result, chain[::-1]) if isinstance(result, Node) else None
+
+
+def _outer_view(graph_module: GraphModule, view: Node, base: Node) -> Node:
+    """``view`` applied to ``base`` in the graph around the body, with its example value."""
+    node = graph_module.graph.call_function(view.target, (base, *view.args[1:]), dict(view.kwargs))
+    base_value = base.meta.get("val")
+    fake_mode = _fake_mode([base_value])
+    if fake_mode is not None:
+        with fake_mode:
+            node.meta["val"] = view.target(base_value, *view.args[1:], **view.kwargs)
+    return node
+
+
+def operands_read_directly(gm: GraphModule) -> int:
+    """Have every reader of a region result that is one of the call's operands, or a view of
+    one, read that operand (through the same views) instead (see the module); returns how many
+    results were rewired."""
+    rewired = 0
+    for graph_module, node, body in _calls(gm):
+        placeholders = [n for n in body.graph.nodes if n.op == "placeholder"]
+        outputs = _body_outputs(body)
+        for user in list(node.users):
+            if user.target is not operator.getitem or not isinstance(user.args[1], int):
+                continue
+            found = _view_chain(outputs[user.args[1]], placeholders)
+            if found is None or not isinstance(operand := node.args[2 + placeholders.index(found[0])], Node):
+                continue
+            value = operand
+            with graph_module.graph.inserting_before(user):
+                for view in found[1]:
+                    value = _outer_view(graph_module, view, value)
+            user.replace_all_uses_with(value)
+            graph_module.graph.erase_node(user)
+            rewired += 1
+    return rewired
+
+
+def region_results_alias_operands(gm: GraphModule) -> bool:
+    """Whether ``gm`` reads a region result that shares memory with one of the body's inputs
+    (or may: a value without an example counts as sharing)."""
+    for _, node, body in _calls(gm):
+        placeholders = [n for n in body.graph.nodes if n.op == "placeholder"]
+        inputs = {_storage(n.meta.get("val")) for n in placeholders}
+        outputs = _body_outputs(body)
+        for user in node.users:
+            if user.target is not operator.getitem or not isinstance(user.args[1], int):
+                return True  # the results read whole: no telling which
+            if not user.users or not isinstance(result := outputs[user.args[1]], Node):
+                continue
+            if result in placeholders or None in inputs or "val" not in result.meta:
+                return True
+            if _storage(result.meta["val"]) in inputs:
+                return True
+    return False

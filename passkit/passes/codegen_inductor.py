@@ -347,11 +347,13 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
 def _region_config(graph: GraphModule) -> dict[str, Any]:
     """Inductor settings a graph that calls outlined regions (``invoke_subgraph``) needs.
 
-    With buffer reuse on, Inductor (torch 2.13) wrote a later buffer into memory that a
-    region's call still read: GPT-2's backward under ``training`` with regions gave gradients
-    off by orders of magnitude, exact with reuse off. In-place buffers stay on.
+    Inductor (torch 2.13) takes every region result for a buffer of its own (``MultiOutput``),
+    so a result that shares an operand's memory (a body returning its input or a view of it)
+    is not kept alive by buffer reuse: a later buffer could be written over it. ``joint`` has
+    such results read from the operand itself; a graph that still reads one compiles with
+    buffer reuse off. In-place buffers stay on.
     """
-    return {"allow_buffer_reuse": False} if _torch.calls_higher_order(graph, "invoke_subgraph") else {}
+    return {"allow_buffer_reuse": False} if _torch.region_results_alias_operands(graph) else {}
 
 
 def _with_source(fn: Callable[..., Any], source: str | None) -> Callable[..., Any]:
@@ -413,7 +415,11 @@ def _compile_forward_and_backward(program: Program, options: InductorOptions) ->
         value = bw_examples[k]
         if stride is not None and isinstance(value, torch.Tensor) and tuple(value.stride()) != tuple(stride):
             bw_examples[k] = _torch.restride_fake(value, stride)
-    donated = _donated_backward_inputs(program) if options.donate_saved else []
+    # Inductor hands a backward's donated positions to every body it lowers in it as well, so a
+    # body overwrote whichever of its own inputs sat at a donated position (a gradient the graph
+    # around it still read): a backward that calls regions donates nothing.
+    calls_regions = _torch.calls_higher_order(program.graphs["backward"], "invoke_subgraph")
+    donated = _donated_backward_inputs(program) if options.donate_saved and not calls_regions else []
     if donated:
         program.record_stat("donated_saved", len(donated))
     bw_compiled, _, bw_recipe, bw_source = _compile(

@@ -78,6 +78,7 @@ def joint(program: Program) -> bool:
     bodies = _torch.partition_region_bodies(gm)
     # torch gives every call of a body the body's own output values; a later re-trace (Inductor's
     # decompositions in codegen.inductor) would then read one call's saved values for all.
+    _torch.operands_read_directly(gm)
     _torch.region_results_of_their_own(gm)
     _tag_forward_and_backward(gm, len(io.outputs))
     gm.recompile()
