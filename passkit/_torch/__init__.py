@@ -13,7 +13,7 @@ owns one side of torch:
 - ``shape_guards``: a symbolic program's signature and guards (the compile cache's key and hits);
 - ``kernel_bundles``: a graph's C++ kernels built as a few libraries, not one each;
 - ``logs``: structured trace artifacts and Dynamo's compile ids;
-- ``region_values``: each outlined region call's own example values;
+- ``region_values``: each outlined region call's own results, and operands it passes on read directly;
 - ``values``: which values compiled kernels cannot read, and whether a trace records the call.
 
 Supported torch: 2.11 to 2.13.

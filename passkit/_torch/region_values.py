@@ -1,4 +1,5 @@
-"""Own the example values of outlined regions' results: one per call, not one per body.
+"""Own outlined regions' results in the graph around them: example values of each call's own,
+and operands read directly rather than through a result that passes them on.
 
 When torch splits a body into forward and backward (``run_joint_graph_passes_on_hops``), it
 gives each rewired ``invoke_subgraph`` call, and the ``getitem`` that reads each saved value, the
@@ -11,6 +12,13 @@ the last forward call, and dropout's gradients came out with another layer's mas
 ``region_results_of_their_own`` gives each call values of its own, aliasing what the body's
 results alias: a result that is (a view of) an operand is a view of that call's operand, and the
 others get fresh storage, so the storage checks that decide donation stay right too.
+
+The split body also returns some operands as saved values unchanged (the layer's input, its
+weight) or through views (the weight's ``permute``). Inductor takes every region result for a
+buffer of its own, so with buffer reuse on it could write a later buffer over such a result.
+``operands_read_directly`` has every reader of one read the operand itself, through the same
+views, and ``region_results_alias_operands`` says whether a graph still reads a region result
+that shares an operand's memory (where buffer reuse must stay off).
 """
 
 from __future__ import annotations

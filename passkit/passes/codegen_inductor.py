@@ -65,7 +65,8 @@ class InductorOptions(pydantic.BaseModel):
     """Check each input's size and strides on every call (a few microseconds per graph)."""
     donate_saved: bool = True
     """Let the backward write into saved activations that nothing else reads (fewer allocations,
-    a lower peak); a backward with ``retain_graph=True`` gets copies of them."""
+    a lower peak); a backward with ``retain_graph=True`` gets copies of them. A backward that calls
+    outlined regions donates nothing (Inductor would let the bodies overwrite their inputs)."""
     bundle_kernels: bool = True
     """Build each graph's C++ kernels as a few shared libraries, one per compile worker at most,
     instead of one library per kernel: the same code for a fraction of g++'s time (each library
