@@ -170,6 +170,12 @@ def test_block_stack_with_dropout_trains_exactly_on_training_with_regions(tmp_pa
 
 
 @pytest.mark.slow
+def test_encoder_decoder_trains_exactly_on_training_with_regions(tmp_path: Path) -> None:
+    record = _compare(EncoderDecoder, [torch.randn(2, 8, 32), torch.randn(2, 6, 32)], _pipeline(tmp_path, TRAINING))
+    assert sorted(record.stats["repeats"].values()) == [2, 2]
+
+
+@pytest.mark.slow
 def test_gpt2_at_its_defaults_trains_exactly_on_training_with_regions(tmp_path: Path) -> None:
     # Dropout 0.1 in attention, residuals and embeddings, as Hugging Face's defaults.
     pytest.importorskip("transformers")
