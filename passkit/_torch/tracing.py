@@ -26,6 +26,7 @@ from passkit._torch.regions import region_schemas_remembered
 from passkit._torch.hops import (
     HigherOrderOperator,
     call_keeping_whole,
+    called_subgraphs,
     forward_hop,
     fresh_subgraph_caches,
     subgraphs_traced_in,
@@ -254,21 +255,37 @@ def retrace(
     return new_gm
 
 
-def nothing_to_decompose(gm: GraphModule, decompositions: dict[Any, Callable[..., Any]]) -> bool:
+def nothing_to_decompose(
+    gm: GraphModule, decompositions: dict[Any, Callable[..., Any]], _bodies: dict[int, bool] | None = None
+) -> bool:
     """Whether re-tracing ``gm`` through ``decompositions`` would lower no op.
 
-    True when every call is ``getitem`` or an ATen-level op that is not in the table and that
-    tracing does not break up by itself (no ``CompositeImplicitAutograd`` kernel). Anything else
-    (a higher-order op with its own subgraph, a Python function, a submodule) counts as work.
+    True when every call is ``getitem``, an ATen-level op that is not in the table and that
+    tracing does not break up by itself (no ``CompositeImplicitAutograd`` kernel), or an
+    outlined region (``invoke_subgraph``) whose body holds only such calls: re-tracing would
+    give the same graph back, and a graph of 48 region calls took most of a second to re-trace.
+    Anything else (another higher-order op, a Python function, a submodule) counts as work.
     """
+    bodies: dict[int, bool] = {} if _bodies is None else _bodies  # each shared body checked once
+    region = getattr(torch.ops.higher_order, "invoke_subgraph", None)
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "output"):
             continue
+        if node.op == "get_attr" and isinstance(getattr(gm, str(node.target), None), GraphModule):
+            continue  # a subgraph: the call that takes it decides
         if node.op != "call_function":
             return False
         target = node.target
         if target is operator.getitem:
             continue
+        if region is not None and target is region:
+            called = called_subgraphs(node)
+            for body in called:
+                if id(body) not in bodies:
+                    bodies[id(body)] = nothing_to_decompose(body, decompositions, bodies)
+            if called and all(bodies[id(body)] for body in called):
+                continue
+            return False
         if not isinstance(target, OpOverload) or target in decompositions:
             return False
         if torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd"):

@@ -96,3 +96,28 @@ def test_each_extra_repeat_of_a_region_runs_once_on_fake_tensors_while_compiling
     expected.sum().backward()
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(grads, torch.cat([p.grad.flatten() for p in eager.parameters()]))
+
+
+INDUCTOR_TABLE = OVERLAY + """
+[override.decompose]
+tables = ["inductor"]
+"""
+
+
+@pytest.mark.slow
+def test_decompose_keeps_region_calls_whose_bodies_have_nothing_to_lower(tmp_path: Path) -> None:
+    # Inductor's table lowers nothing in the block: the graph of region calls is kept as it is,
+    # as the same layers inline are, rather than traced again.
+    torch.manual_seed(0)
+    model = transformer.TransformerStack(6, 32, 4)
+    x = torch.randn(2, 8, 32)
+    path = tmp_path / "regions.toml"
+    path.write_text(INDUCTOR_TABLE)
+    compiled = passkit.compile(model, pipeline=str(path), cache="off")
+    out = compiled(x)
+    records = {r.id: r for r in compiled.passkit_reports[0].records}
+    assert records["regions"].stats["regions"] == 1
+    assert (records["decompose"].changed, records["decompose"].nodes_before, records["decompose"].nodes_after) == (
+        False, records["functionalize"].nodes_after, records["functionalize"].nodes_after
+    )
+    torch.testing.assert_close(out, model(x))
