@@ -189,6 +189,8 @@ def child(workload: str, contender: str, steps: int, threads: int, regions_file:
         record = next((r for r in reports[0].records if r.id == "regions"), None)
         result["regions"] = record.stats.get("repeats") if record is not None and record.status == "ran" else None
         result["stages"] = clock.stages(*first_step, reports[0])
+        codegen = next((r for r in reports[0].records if r.id.startswith("codegen") and r.status == "ran"), None)
+        result["codegen"] = {k: v for k, v in codegen.stats.items() if isinstance(v, (int, float, str))} if codegen else {}
     return result
 
 
