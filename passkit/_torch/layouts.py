@@ -26,9 +26,9 @@ from passkit._torch.hops import call_keeping_whole
 
 __all__ = ["LayoutKeepingInterpreter", "bodies_keeping_layout", "with_layout"]
 
-try:  # torch 2.12+: a callable the fake-tensor cache keys by the subgraph it wraps
+try:  # torch 2.13 has it: a callable the fake-tensor cache keys by the subgraph it wraps
     from torch._higher_order_ops.utils import SubgraphCallableWrapper as _CacheableWrapper
-except ImportError:  # pragma: no cover - older torch: every call runs the body (as before)
+except ImportError:  # pragma: no cover - a torch without it: every call runs the body (as before)
     _CacheableWrapper = None
 
 

@@ -1,5 +1,6 @@
 """Own tracing: fake tensors, functional tracing (``make_fx`` under ``FunctionalTensorMode``),
-re-tracing graphs on their own values, and the layouts and random fills tracing must keep.
+re-tracing graphs on their own values, and the random fills tracing must keep (the layouts it
+must keep are ``layouts``'s, re-exported here).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from passkit._torch.layouts import LayoutKeepingInterpreter, bodies_keeping_layo
 from passkit._torch.regions import region_schemas_remembered
 from passkit._torch.hops import (
     HigherOrderOperator,
-    call_keeping_whole,
     called_subgraphs,
     forward_hop,
     fresh_subgraph_caches,
