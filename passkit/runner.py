@@ -36,7 +36,8 @@ __all__ = ["full_collections_deferred", "run_pipeline"]
 
 # A full collection once this many young collections have passed: never, while deferred.
 _DEFERRED = 1_000_000_000
-_DEFERRING = threading.local()
+_deferring_lock = threading.Lock()
+_deferring: dict[str, Any] = {"depth": 0, "thresholds": None}  # the thresholds are the process's
 
 
 def run_pipeline(
@@ -77,20 +78,22 @@ def full_collections_deferred() -> Iterator[None]:
     the cost of each both grow with the program, so their time grows faster than the program
     (block stack, cold compile: 3 full collections and 2.5 s at 24 layers, 5 and 3.7 s at 48;
     deferred, 0.3 s and 0.8 s). Short-lived cycles still go in the young collections.
-    Re-entrant; a collector that is off stays off.
+    Re-entrant and shared by threads: the first to enter defers, the last to leave restores. A
+    collector that is off stays off.
     """
-    if getattr(_DEFERRING, "active", False) or not gc.isenabled():
-        yield
-        return
-    thresholds = gc.get_threshold()
-    _DEFERRING.active = True
-    gc.set_threshold(thresholds[0], thresholds[1], _DEFERRED)
+    with _deferring_lock:
+        _deferring["depth"] += 1
+        if _deferring["depth"] == 1:
+            thresholds = gc.get_threshold()
+            _deferring["thresholds"] = thresholds
+            gc.set_threshold(thresholds[0], thresholds[1], _DEFERRED)
     try:
         yield
     finally:
-        _DEFERRING.active = False
-        if gc.get_threshold()[2] == _DEFERRED:  # nobody set other thresholds meanwhile
-            gc.set_threshold(*thresholds)
+        with _deferring_lock:
+            _deferring["depth"] -= 1
+            if _deferring["depth"] == 0 and gc.get_threshold()[2] == _DEFERRED:  # nobody changed them meanwhile
+                gc.set_threshold(*_deferring["thresholds"])
 
 
 def _run_steps(
