@@ -1,6 +1,6 @@
 """Own tracing: fake tensors, functional tracing (``make_fx`` under ``FunctionalTensorMode``),
-re-tracing graphs on their own values, and the random fills tracing must keep (the layouts it
-must keep are ``layouts``'s, re-exported here).
+and re-tracing graphs on their own values. The layouts and random fills tracing must keep are
+``layouts``'s and ``random_fills``'s, whose names are re-exported here.
 """
 
 from __future__ import annotations
@@ -20,17 +20,11 @@ from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTens
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch._ops import OpOverload, OpOverloadPacket
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from passkit._torch.layouts import LayoutKeepingInterpreter, bodies_keeping_layout, with_layout
+from passkit._torch.random_fills import BERNOULLI_IN_LAYOUT, KeepRandomFillLayout
 from passkit._torch.regions import region_schemas_remembered
-from passkit._torch.hops import (
-    HigherOrderOperator,
-    called_subgraphs,
-    forward_hop,
-    fresh_subgraph_caches,
-    subgraphs_traced_in,
-)
+from passkit._torch.hops import called_subgraphs, fresh_subgraph_caches, subgraphs_traced_in
 
 __all__ = [
     "BERNOULLI_IN_LAYOUT",
@@ -151,7 +145,7 @@ def functional_trace(
     def functionalized(*flat_args: Any) -> tuple[Any, ...]:
         mutations.clear()
         # Post-dispatch only: a pre-dispatch trace keeps dropout whole for a later trace.
-        keep_layout = contextlib.nullcontext() if pre_dispatch else _KeepRandomFillLayout()
+        keep_layout = contextlib.nullcontext() if pre_dispatch else KeepRandomFillLayout()
         with FunctionalTensorMode(pre_dispatch=pre_dispatch, _allow_token_discovery=True), keep_layout:
             wrapped = [_to_functional(a) for a in flat_args]
             outs = fn(*wrapped)
@@ -380,50 +374,6 @@ def has_mutations(gm: GraphModule) -> bool:
 def storage_of(value: Any) -> Any:
     """A hashable handle on the storage of ``value`` (real or fake tensor); None for others."""
     return StorageWeakRef(value.untyped_storage()) if isinstance(value, torch.Tensor) else None
-
-
-# -- random ops that fill a strided tensor in place ------------------------------------------
-
-
-@torch.library.custom_op(
-    "passkit::bernoulli_in_layout", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,)
-)
-def _bernoulli_in_layout(self: torch.Tensor, p: float) -> torch.Tensor:
-    return torch.empty_strided(self.size(), self.stride(), dtype=self.dtype, device=self.device).bernoulli_(p)
-
-
-@_bernoulli_in_layout.register_fake
-def _(self: torch.Tensor, p: float) -> torch.Tensor:
-    return torch.empty_strided(self.size(), self.stride(), dtype=self.dtype, device=self.device)
-
-
-BERNOULLI_IN_LAYOUT = torch.ops.passkit.bernoulli_in_layout.default
-
-
-class _KeepRandomFillLayout(TorchDispatchMode):
-    """Functionalize ``t.bernoulli_(p)`` on a non-contiguous ``t`` without changing its draws.
-
-    Its functional form ``bernoulli.p`` fills a new contiguous tensor, in logical order; the
-    in-place op on ``t`` fills ``t``'s own layout, in memory order on some CPUs (eager dropout
-    draws into ``empty_like`` of a transposed activation). ``passkit::bernoulli_in_layout``
-    runs the in-place op on a fresh tensor of ``t``'s strides, so it draws what eager draws.
-    The other in-place random ops' functional forms clone ``t`` and keep its layout already.
-    """
-
-    # Higher-order ops (cond, while_loop, flex_attention, ...) come here too, rather than failing
-    # for want of a rule: torch's own modes that watch ops (FlopCounterMode, DebugMode) do the same.
-    supports_higher_order_operators = True
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if isinstance(func, HigherOrderOperator):
-            return forward_hop(self, func, args, kwargs)
-        if func is torch.ops.aten.bernoulli_.float and kwargs.get("generator") is None:
-            target = args[0]
-            if target.layout == torch.strided and not target.is_contiguous():
-                p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
-                return target.copy_(BERNOULLI_IN_LAYOUT(target, p))
-        return func(*args, **kwargs)
 
 
 def holds_fake_constants(gm: GraphModule) -> bool:
