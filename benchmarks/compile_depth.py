@@ -18,18 +18,25 @@ median (the STEP figure; each contender in its own process, so it carries the ho
 ``--paired`` judges step time head to head instead). Contenders run interleaved, in an order
 that rotates each round; medians over ``--rounds`` are printed, and ratios to Inductor.
 
+``--stages`` adds, for the passkit contenders, where the cold compile went (medians over rounds):
+Dynamo's trace up to passkit's backend, capture (the backend before its first step), each
+pipeline step, and ``after`` (from the end of the pipeline to the end of the first step: Dynamo's
+guards, the first forward and backward, and the wait for kernels still compiling); ``gc`` is the
+part of the whole first step that Python's garbage collector took, spread over the others.
+
 ``--paired WORKLOAD`` instead compiles ``training-regions`` and ``training`` in one process and
 times their steps head to head (``paired.py``: ``A B B A`` blocks, median of the ratios).
 
 Run: ``python benchmarks/compile_depth.py [--workloads stack2,stack8,stack24,stack48,gpt2,llama]
 [--contenders eager,inductor,training-regions,training] [--rounds 1] [--steps 5] [--threads 2]
-[--json OUT]`` or ``python benchmarks/compile_depth.py --paired stack24 [--pairs 20]``.
+[--stages] [--json OUT]`` or ``python benchmarks/compile_depth.py --paired stack24 [--pairs 20]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import os
 import statistics
@@ -85,7 +92,7 @@ def build(name: str) -> tuple[Any, tuple[Any, ...]]:
     return LM(model), (torch.randint(0, 1000, (4, 64)),)
 
 
-def compiler(contender: str, regions_file: str) -> Callable[[Any], Any]:
+def compiler(contender: str, regions_file: str, progress: Any = None) -> Callable[[Any], Any]:
     import torch
 
     import passkit
@@ -95,7 +102,53 @@ def compiler(contender: str, regions_file: str) -> Callable[[Any], Any]:
     if contender == "inductor":
         return lambda m: torch.compile(m, backend="inductor")
     pipeline = "training" if contender == "training" else regions_file
-    return lambda m: passkit.compile(m, pipeline=pipeline, cache="off")
+    return lambda m: passkit.compile(m, pipeline=pipeline, cache="off", progress=progress)
+
+
+class StageClock:
+    """A passkit progress callback that notes when the backend starts and finishes, and the
+    garbage collector's share of the time while it is armed."""
+
+    def __init__(self) -> None:
+        self.entered: float | None = None
+        self.finished_at: float | None = None
+        self.gc_seconds = 0.0
+        self._gc_started = 0.0
+
+    def __call__(self, record: Any) -> None:
+        pass  # the records come with the report; no log lines in the figure
+
+    def event(self, event: Any) -> None:
+        if event.kind in ("compiling", "recompiling") and self.entered is None:
+            self.entered = time.perf_counter()
+
+    def finished(self, report: Any) -> None:
+        self.finished_at = time.perf_counter()
+
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.gc_seconds += time.perf_counter() - self._gc_started
+
+    def __enter__(self) -> StageClock:
+        gc.callbacks.append(self._on_gc)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        gc.callbacks.remove(self._on_gc)
+
+    def stages(self, started: float, ended: float, report: Any) -> dict[str, float]:
+        """Seconds per stage of the first step that started at ``started`` and ended at ``ended``."""
+        if self.entered is None or self.finished_at is None:
+            return {}
+        ran = [r for r in report.records if r.status == "ran"]
+        stages = {"dynamo": self.entered - started,
+                  "capture": max(0.0, self.finished_at - self.entered - report.seconds)}
+        stages.update({r.id: r.seconds for r in ran})
+        stages["after"] = ended - self.finished_at
+        stages["gc"] = self.gc_seconds
+        return stages
 
 
 def train_step(model: Any, inputs: tuple[Any, ...]) -> None:
@@ -117,10 +170,14 @@ def child(workload: str, contender: str, steps: int, threads: int, regions_file:
     train_step(compile_fn(tiny), (torch.randn(4, 8),))  # first-use costs, outside the figure
     torch._dynamo.reset()
     model, inputs = build(workload)
-    compiled = compile_fn(model)
-    started = time.perf_counter()
-    train_step(compiled, inputs)
-    compile_s = time.perf_counter() - started
+    clock = StageClock()
+    compiled = compiler(contender, regions_file, progress=clock)(model)
+    with clock:
+        started = time.perf_counter()
+        train_step(compiled, inputs)
+        ended = time.perf_counter()
+    compile_s = ended - started
+    first_step = (started, ended)
     times = []
     for _ in range(steps):
         started = time.perf_counter()
@@ -131,6 +188,9 @@ def child(workload: str, contender: str, steps: int, threads: int, regions_file:
     if reports:
         record = next((r for r in reports[0].records if r.id == "regions"), None)
         result["regions"] = record.stats.get("repeats") if record is not None and record.status == "ran" else None
+        result["stages"] = clock.stages(*first_step, reports[0])
+        codegen = next((r for r in reports[0].records if r.id.startswith("codegen") and r.status == "ran"), None)
+        result["codegen"] = {k: v for k, v in codegen.stats.items() if isinstance(v, (int, float, str))} if codegen else {}
     return result
 
 
@@ -174,6 +234,7 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--paired", metavar="WORKLOAD")
     parser.add_argument("--json", metavar="OUT")
+    parser.add_argument("--stages", action="store_true", help="also print where each passkit compile went")
     parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "CONTENDER"), help=argparse.SUPPRESS)
     parser.add_argument("--regions-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -202,6 +263,8 @@ def main() -> int:
                     results[workload][contender].append(result)
                     print(f"  round {round_index + 1} {workload} {contender}: {result}", file=sys.stderr, flush=True)
     print_table(results, contenders)
+    if args.stages:
+        print_stages(results, contenders)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
@@ -230,6 +293,30 @@ def print_table(results: dict[str, dict[str, list[dict[str, Any]]]], contenders:
         found = next((run.get("regions") for run in by_contender.get("training-regions", []) if run.get("regions")), None)
         if found:
             print(f"{'':<9}  regions: {found}")
+
+
+def print_stages(results: dict[str, dict[str, list[dict[str, Any]]]], contenders: list[str]) -> None:
+    """One row per stage, one column per (workload, passkit contender): median seconds."""
+    columns = [(w, c) for w in results for c in contenders if any(run.get("stages") for run in results[w][c])]
+    if not columns:
+        return
+    names: list[str] = []
+    for workload, contender in columns:
+        for run in results[workload][contender]:
+            names.extend(name for name in run.get("stages", {}) if name not in names)
+    names = [n for n in names if n not in ("after", "gc")] + ["after", "gc"]
+    print("\nwhere the first step went, seconds (medians; gc is spread over the other rows)")
+    print(f"{'stage':<24}" + "".join(f"  {w + ' ' + c:>26}" for w, c in columns))
+    for name in [*names, "total"]:
+        cells = []
+        for workload, contender in columns:
+            runs = results[workload][contender]
+            if name == "total":
+                value = _median(runs, "compile_s")
+            else:
+                value = _median([run.get("stages", {}) for run in runs], name)
+            cells.append(f"  {f'{value:.2f}' if value is not None else '-':>26}")
+        print(f"{name:<24}" + "".join(cells))
 
 
 if __name__ == "__main__":

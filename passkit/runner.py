@@ -7,12 +7,17 @@ date with ``facts.after``. It receives the plugin manager and the registry from 
 reaches for no globals. Applying the pass, timing, dumps and verification are all hookimpls.
 
 The program is transformed in place; a failing step leaves it as the step left it.
+
+Python's full garbage collections wait while the steps run (``full_collections_deferred``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from passkit import facts as fact_rules
 from passkit.errors import PassError, PipelineError, VerificationError
@@ -27,7 +32,12 @@ if TYPE_CHECKING:
     from passkit.program import Program
     from passkit.registry import Registry
 
-__all__ = ["run_pipeline"]
+__all__ = ["full_collections_deferred", "run_pipeline"]
+
+# A full collection once this many young collections have passed: never, while deferred.
+_DEFERRED = 1_000_000_000
+_deferring_lock = threading.Lock()
+_deferring: dict[str, Any] = {"depth": 0, "thresholds": None}  # the thresholds are the process's
 
 
 def run_pipeline(
@@ -51,8 +61,52 @@ def run_pipeline(
         VerificationError: with ``verify`` on, a step broke a fact or changed numerics.
     """
     report = Report(pipeline=pipeline.name, records=[])
-    previous: list[str] = []
     started = time.perf_counter()
+    with full_collections_deferred():
+        _run_steps(pipeline, program, pm, registry, reference, progress, report)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+@contextlib.contextmanager
+def full_collections_deferred() -> Iterator[None]:
+    """While inside, Python's collector runs its young generations only; the thresholds are
+    back as they were on exit, and the next full collection comes when it is due.
+
+    A compile allocates graphs, nodes and fake tensors by the hundred thousand, and each full
+    collection walks every object alive, torch's own included: the number of collections and
+    the cost of each both grow with the program, so their time grows faster than the program
+    (block stack, cold compile: 2.5 s at 24 layers, 4.1 s at 48; deferred, 1.4 s and 2.3 s,
+    most of it the one full collection due after the steps). Short-lived cycles still go in the
+    young collections.
+    Re-entrant and shared by threads: the first to enter defers, the last to leave restores. A
+    collector that is off stays off.
+    """
+    with _deferring_lock:
+        _deferring["depth"] += 1
+        if _deferring["depth"] == 1:
+            thresholds = gc.get_threshold()
+            _deferring["thresholds"] = thresholds
+            gc.set_threshold(thresholds[0], thresholds[1], _DEFERRED)
+    try:
+        yield
+    finally:
+        with _deferring_lock:
+            _deferring["depth"] -= 1
+            if _deferring["depth"] == 0 and gc.get_threshold()[2] == _DEFERRED:  # nobody changed them meanwhile
+                gc.set_threshold(*_deferring["thresholds"])
+
+
+def _run_steps(
+    pipeline: Pipeline,
+    program: Program,
+    pm: pluggy.PluginManager,
+    registry: Registry,
+    reference: Any | None,
+    progress: Callable[[StepRecord], None] | None,
+    report: Report,
+) -> None:
+    previous: list[str] = []
     for step in pipeline.steps:
         record = StepRecord(position=step.position, id=step.id, pass_name=step.pass_.name)
         report.records.append(record)
@@ -79,8 +133,6 @@ def run_pipeline(
             previous.append(step.id)
         if progress is not None:
             progress(record)
-    report.seconds = time.perf_counter() - started
-    return report
 
 
 def _run_step(pm: pluggy.PluginManager, registry: Registry, context: StepContext) -> None:

@@ -4,7 +4,9 @@ Callers import this package (``from passkit import _torch``) and never its modul
 owns one side of torch:
 
 - ``hops``: higher-order ops' subgraphs, and how passkit's tracing forwards them;
-- ``tracing``: fake tensors, functional tracing, re-tracing, layouts and random fills;
+- ``tracing``: fake tensors, functional tracing, re-tracing;
+- ``random_fills``: in-place random fills traced into the layout eager draws into;
+- ``layouts``: values kept in their recorded strides when re-traced, region bodies as cacheable callables;
 - ``ops``: decomposition tables, Core ATen, autograd formulas, random ops, symbolic sizes;
 - ``graph_passes``: torch's min-cut partitioner, fake-value propagation, reinplacing;
 - ``graph_pickle``: graph modules pickled node by node with their metadata (the compile cache);

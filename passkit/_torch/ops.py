@@ -72,7 +72,14 @@ def _empty_permuted_as_strided(size: Sequence[Any], physical_layout: Sequence[in
 
 def draws_random_numbers(op: Any) -> bool:
     """A random op (``bernoulli``, ``rrelu``, attention with dropout): tagged ``nondeterministic_seeded``."""
-    return isinstance(op, OpOverload) and torch.Tag.nondeterministic_seeded in op.tags
+    return isinstance(op, OpOverload) and _tagged_seeded(op)
+
+
+@functools.lru_cache(maxsize=None)
+def _tagged_seeded(op: OpOverload) -> bool:
+    # An op's tags never change, and reading them builds a list: the walks below ask once per
+    # node of every body, for each of a region call's results.
+    return torch.Tag.nondeterministic_seeded in op.tags
 
 
 def call_draws_random_numbers(node: torch.fx.Node) -> bool:
@@ -86,7 +93,7 @@ def call_draws_random_numbers(node: torch.fx.Node) -> bool:
     target = node.args[0].target if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) else node.target
     call = node.args[0] if node.target is operator.getitem else node
     if isinstance(target, HigherOrderOperator):  # a cond branch or loop body that draws
-        return any(call_draws_random_numbers(inner) for sub in called_subgraphs(call) for inner in sub.graph.nodes)
+        return any(_graph_draws(sub.graph) for sub in called_subgraphs(call))
     if not draws_random_numbers(target):
         return False
     names = [argument.name for argument in target._schema.arguments]
@@ -95,6 +102,16 @@ def call_draws_random_numbers(node: torch.fx.Node) -> bool:
     index = names.index("dropout_p")
     p = call.args[index] if index < len(call.args) else call.kwargs.get("dropout_p", target._schema.arguments[index].default_value)
     return not (isinstance(p, (int, float)) and p == 0)
+
+
+def _graph_draws(graph: torch.fx.Graph) -> bool:
+    for inner in graph.nodes:
+        target = inner.target
+        if inner.op != "call_function" or (isinstance(target, OpOverload) and not _tagged_seeded(target)):
+            continue  # most nodes of a body: an op that draws nothing, decided without the call below
+        if call_draws_random_numbers(inner):
+            return True
+    return False
 
 
 @functools.cache

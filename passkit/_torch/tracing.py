@@ -1,5 +1,6 @@
 """Own tracing: fake tensors, functional tracing (``make_fx`` under ``FunctionalTensorMode``),
-re-tracing graphs on their own values, and the layouts and random fills tracing must keep.
+and re-tracing graphs on their own values. The layouts and random fills tracing must keep are
+``layouts``'s and ``random_fills``'s, whose names are re-exported here.
 """
 
 from __future__ import annotations
@@ -19,16 +20,11 @@ from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTens
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch._ops import OpOverload, OpOverloadPacket
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from passkit._torch.layouts import LayoutKeepingInterpreter, bodies_keeping_layout, with_layout
+from passkit._torch.random_fills import BERNOULLI_IN_LAYOUT, KeepRandomFillLayout
 from passkit._torch.regions import region_schemas_remembered
-from passkit._torch.hops import (
-    HigherOrderOperator,
-    call_keeping_whole,
-    forward_hop,
-    fresh_subgraph_caches,
-    subgraphs_traced_in,
-)
+from passkit._torch.hops import called_subgraphs, fresh_subgraph_caches, subgraphs_traced_in
 
 __all__ = [
     "BERNOULLI_IN_LAYOUT",
@@ -149,7 +145,7 @@ def functional_trace(
     def functionalized(*flat_args: Any) -> tuple[Any, ...]:
         mutations.clear()
         # Post-dispatch only: a pre-dispatch trace keeps dropout whole for a later trace.
-        keep_layout = contextlib.nullcontext() if pre_dispatch else _KeepRandomFillLayout()
+        keep_layout = contextlib.nullcontext() if pre_dispatch else KeepRandomFillLayout()
         with FunctionalTensorMode(pre_dispatch=pre_dispatch, _allow_token_discovery=True), keep_layout:
             wrapped = [_to_functional(a) for a in flat_args]
             outs = fn(*wrapped)
@@ -253,21 +249,37 @@ def retrace(
     return new_gm
 
 
-def nothing_to_decompose(gm: GraphModule, decompositions: dict[Any, Callable[..., Any]]) -> bool:
+def nothing_to_decompose(
+    gm: GraphModule, decompositions: dict[Any, Callable[..., Any]], _bodies: dict[int, bool] | None = None
+) -> bool:
     """Whether re-tracing ``gm`` through ``decompositions`` would lower no op.
 
-    True when every call is ``getitem`` or an ATen-level op that is not in the table and that
-    tracing does not break up by itself (no ``CompositeImplicitAutograd`` kernel). Anything else
-    (a higher-order op with its own subgraph, a Python function, a submodule) counts as work.
+    True when every call is ``getitem``, an ATen-level op that is not in the table and that
+    tracing does not break up by itself (no ``CompositeImplicitAutograd`` kernel), or an
+    outlined region (``invoke_subgraph``) whose body holds only such calls: re-tracing would
+    give the same graph back, and a graph of 48 region calls took most of a second to re-trace.
+    Anything else (another higher-order op, a Python function, a submodule) counts as work.
     """
+    bodies: dict[int, bool] = {} if _bodies is None else _bodies  # each shared body checked once
+    region = getattr(torch.ops.higher_order, "invoke_subgraph", None)
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "output"):
             continue
+        if node.op == "get_attr" and isinstance(getattr(gm, str(node.target), None), GraphModule):
+            continue  # a subgraph: the call that takes it decides
         if node.op != "call_function":
             return False
         target = node.target
         if target is operator.getitem:
             continue
+        if region is not None and target is region:
+            called = called_subgraphs(node)
+            for body in called:
+                if id(body) not in bodies:
+                    bodies[id(body)] = nothing_to_decompose(body, decompositions, bodies)
+            if called and all(bodies[id(body)] for body in called):
+                continue
+            return False
         if not isinstance(target, OpOverload) or target in decompositions:
             return False
         if torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd"):
@@ -359,145 +371,9 @@ def has_mutations(gm: GraphModule) -> bool:
 # -- layouts across decompositions ------------------------------------------------------------
 
 
-def _prims_common() -> Any:
-    import torch._prims_common as prims_common
-
-    return prims_common
-
-
-def _is_dense(value: torch.Tensor) -> bool:
-    prims_common = _prims_common()
-    check = getattr(prims_common, "is_non_overlapping_and_dense_or_false", None)
-    if check is None:  # torch 2.11
-        check = prims_common.is_non_overlapping_and_dense
-    return bool(check(value))
-
-
-def with_layout(value: Any, expected: Any) -> Any:
-    """``value`` laid out like ``expected`` (same values), when the two differ and that is possible.
-
-    A decomposition may return a tensor whose strides differ from those of the op it replaces:
-    torch's own for the CPU flash attention lays its output out as (L, N, H, E) where the op
-    returns ``empty_like(query)``. A graph traced before decomposing holds ``view`` nodes that
-    are valid only for the op's own strides, so the decomposed value is re-laid out (permute,
-    contiguous, permute back: Core ATen ops) to the strides the graph recorded.
-    """
-    if not isinstance(value, torch.Tensor) or not isinstance(expected, torch.Tensor):
-        return value
-    if value.dim() != expected.dim() or value.dim() < 2:
-        return value
-    prims_common = _prims_common()
-    same, _ = prims_common.check_significant_strides(value, expected, only_cuda=False)
-    if same or not _is_dense(expected):
-        return value
-    perm = prims_common.compute_elementwise_output_logical_to_physical_perm(expected)
-    if isinstance(perm, tuple):  # (perm, ambiguous) since torch 2.6; a bare list before
-        perm = perm[0]
-    inverse = prims_common.invert_perm(perm)
-    return value.permute(perm).contiguous().permute(inverse)
-
-
 def storage_of(value: Any) -> Any:
     """A hashable handle on the storage of ``value`` (real or fake tensor); None for others."""
     return StorageWeakRef(value.untyped_storage()) if isinstance(value, torch.Tensor) else None
-
-
-class LayoutKeepingInterpreter(torch.fx.Interpreter):
-    """Run a graph whose nodes carry ``val`` and keep every value's strides as recorded.
-
-    Used when re-tracing through decompositions: see ``with_layout``. Higher-order ops stay
-    whole (``call_keeping_whole``): re-tracing records no autograd rule.
-    """
-
-    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
-        return call_keeping_whole(target, bodies_keeping_layout(target, args), kwargs)
-
-    def run_node(self, n: torch.fx.Node) -> Any:
-        value = super().run_node(n)
-        if n.op == "call_function" and isinstance(value, torch.Tensor):
-            return with_layout(value, n.meta.get("val"))
-        return value
-
-
-class _LayoutKeepingBody(torch.fx.Interpreter):
-    """Run a body under autograd, each value laid out as the body recorded it."""
-
-    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
-        return super().call_function(target, bodies_keeping_layout(target, args), kwargs)
-
-    def run_node(self, n: torch.fx.Node) -> Any:
-        value = super().run_node(n)
-        if n.op == "call_function":
-            return with_layout(value, n.meta.get("val"))
-        return value
-
-
-def bodies_keeping_layout(target: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``args`` of an FX call with an ``invoke_subgraph`` body replaced by a function that runs
-    it keeping each value's recorded strides; other calls' ``args`` as they are.
-
-    ``joint`` lowers ops with their own autograd formula as it differentiates, and a
-    decomposition may lay a value out otherwise than the op the body recorded (Inductor's
-    ``cat`` of an empty past and one tensor returns that tensor's transposed strides), while the
-    body's ``view`` nodes rely on the recorded layout (see ``with_layout``).
-    """
-    hop = getattr(torch.ops.higher_order, "invoke_subgraph", None)
-    if hop is None or target is not hop or not args or not isinstance(args[0], GraphModule):
-        return args
-    body = args[0]
-
-    def run(*operands: Any) -> Any:
-        if not fx_traceback.has_preserved_node_meta():
-            return _LayoutKeepingBody(body).run(*operands)
-        with fx_traceback.preserve_node_meta():  # the body's stack traces reach the joint graph
-            return _LayoutKeepingBody(body).run(*operands)
-
-    run.__wrapped__ = body  # type: ignore[attr-defined]  # the body, for _torch.regions
-    return (run, *args[1:])
-
-
-# -- random ops that fill a strided tensor in place ------------------------------------------
-
-
-@torch.library.custom_op(
-    "passkit::bernoulli_in_layout", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,)
-)
-def _bernoulli_in_layout(self: torch.Tensor, p: float) -> torch.Tensor:
-    return torch.empty_strided(self.size(), self.stride(), dtype=self.dtype, device=self.device).bernoulli_(p)
-
-
-@_bernoulli_in_layout.register_fake
-def _(self: torch.Tensor, p: float) -> torch.Tensor:
-    return torch.empty_strided(self.size(), self.stride(), dtype=self.dtype, device=self.device)
-
-
-BERNOULLI_IN_LAYOUT = torch.ops.passkit.bernoulli_in_layout.default
-
-
-class _KeepRandomFillLayout(TorchDispatchMode):
-    """Functionalize ``t.bernoulli_(p)`` on a non-contiguous ``t`` without changing its draws.
-
-    Its functional form ``bernoulli.p`` fills a new contiguous tensor, in logical order; the
-    in-place op on ``t`` fills ``t``'s own layout, in memory order on some CPUs (eager dropout
-    draws into ``empty_like`` of a transposed activation). ``passkit::bernoulli_in_layout``
-    runs the in-place op on a fresh tensor of ``t``'s strides, so it draws what eager draws.
-    The other in-place random ops' functional forms clone ``t`` and keep its layout already.
-    """
-
-    # Higher-order ops (cond, while_loop, flex_attention, ...) come here too, rather than failing
-    # for want of a rule: torch's own modes that watch ops (FlopCounterMode, DebugMode) do the same.
-    supports_higher_order_operators = True
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if isinstance(func, HigherOrderOperator):
-            return forward_hop(self, func, args, kwargs)
-        if func is torch.ops.aten.bernoulli_.float and kwargs.get("generator") is None:
-            target = args[0]
-            if target.layout == torch.strided and not target.is_contiguous():
-                p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
-                return target.copy_(BERNOULLI_IN_LAYOUT(target, p))
-        return func(*args, **kwargs)
 
 
 def holds_fake_constants(gm: GraphModule) -> bool:
