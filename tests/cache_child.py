@@ -1,7 +1,7 @@
 """A child process for the compile cache tests: compile a small model, train one step, report.
 
 Prints one JSON line: whether the compile was a cache hit, which passkit ran, how many passes ran, how often
-Inductor's FX graph cache hit, missed or was bypassed, and the outputs and gradients as lists
+Inductor's FX graph cache hit, missed or was bypassed, how many graphs Inductor hashed for its key, and the outputs and gradients as lists
 (the compiled model's and eager's), so the parent can compare processes exactly.
 ``CHILD_PIPELINE`` names the pipeline (default ``training-python``). With ``--hang-in-write``
 it stops inside the cache write (after the temporary file is filled, before the rename), prints
@@ -18,6 +18,7 @@ module whose batch size changes (``dynamic_and_report``) and prints one JSON lin
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -29,6 +30,24 @@ import torch
 import passkit
 from passkit import _torch
 from passkit.pass_api import Pass
+
+
+@contextlib.contextmanager
+def graphs_hashed():
+    """Inside, each graph Inductor hashes for its FX graph cache key adds one to the list."""
+    from torch._inductor import codecache
+
+    hash_graph, found = codecache.compiled_fx_graph_hash, []
+
+    def counted(*args, **kwargs):
+        found.append(1)
+        return hash_graph(*args, **kwargs)
+
+    codecache.compiled_fx_graph_hash = counted
+    try:
+        yield found
+    finally:
+        codecache.compiled_fx_graph_hash = hash_graph
 
 
 def compile_and_report() -> dict:
@@ -49,8 +68,9 @@ def compile_and_report() -> dict:
         eager_out = eager(x)
         eager_out.sum().backward()
         compiled = passkit.compile(model, pipeline=os.environ.get("CHILD_PIPELINE", "training-python"))
-        out = compiled(x)
-        out.sum().backward()
+        with graphs_hashed() as hashed:
+            out = compiled(x)
+            out.sum().backward()
     finally:
         Pass.run = original
     return {
@@ -58,6 +78,7 @@ def compile_and_report() -> dict:
         "passkit": passkit.__file__,
         "passes_run": len(runs),
         "inductor": _torch.inductor_cache_counts(),
+        "graphs_hashed": len(hashed),
         "out": out.detach().tolist(),
         "grads": [p.grad.tolist() for p in model.parameters()],
         "eager_out": eager_out.detach().tolist(),
@@ -204,7 +225,8 @@ def dynamic_and_report() -> dict:
     original = Pass.run
     Pass.run = lambda self, *args, **keywords: runs.append(self.name) or original(self, *args, **keywords)
     try:
-        found, reports = _case_dynamic(os.environ.get("CHILD_PIPELINE", "training"), True, norm="layer")
+        with graphs_hashed() as hashed:
+            found, reports = _case_dynamic(os.environ.get("CHILD_PIPELINE", "training"), True, norm="layer")
     finally:
         Pass.run = original
     return {
@@ -212,6 +234,7 @@ def dynamic_and_report() -> dict:
         "tables": [r.table() for r in reports],
         "passes_run": len(runs),
         "inductor": _torch.inductor_cache_counts(),
+        "graphs_hashed": len(hashed),
         "values": [v.tolist() for v in found["values"]],
     }
 

@@ -104,6 +104,8 @@ def test_a_second_process_loads_inductor_code_without_running_any_stage_or_induc
     # Inductor's inner compile ran for the forward and the backward, and found both in its own
     # FX graph cache (the cold process compiled with the same graphs and inputs): no codegen.
     assert warm["inductor"] == {"hit": 2, "miss": 0, "bypass": 0}
+    # ...under the keys the cold process filed them under: the warm one hashed no graph for them.
+    assert (cold["graphs_hashed"], warm["graphs_hashed"]) == (2, 0)
     assert (warm["out"], warm["grads"]) == (cold["out"], cold["grads"])
     torch.testing.assert_close(
         [torch.tensor(warm["out"]), *map(torch.tensor, warm["grads"])],

@@ -39,6 +39,7 @@ def test_a_program_with_a_symbolic_batch_loads_in_a_fresh_process_and_reports_it
     assert warm["cache"] == ["hit", "hit"]
     assert warm["passes_run"] == 0
     assert warm["inductor"]["miss"] == 0 and warm["inductor"]["hit"] == 4  # two forwards, two backwards
+    assert (cold["graphs_hashed"], warm["graphs_hashed"]) == (4, 0)  # found under the keys the cold process filed
     assert warm["values"] == cold["values"]  # dropout masks, outputs, gradients: bit for bit
     steps = passkit.load_pipeline("training").steps
     for cold_table, warm_table in zip(cold["tables"], warm["tables"]):

@@ -11,6 +11,7 @@ owns one side of torch:
 - ``graph_passes``: torch's min-cut partitioner, fake-value propagation, reinplacing;
 - ``graph_pickle``: graph modules pickled node by node with their metadata (the compile cache);
 - ``inductor`` and ``inductor_cache``: Inductor's inner compiler and its cache form;
+- ``inductor_warm``: the FX graph key an entry stores, and Inductor's CPU probes started early;
 - ``inductor_slots``: the objects a mounted pipeline file puts in Inductor's custom-pass slots;
 - ``shape_guards``: a symbolic program's signature and guards (the compile cache's key and hits);
 - ``kernel_bundles``: a graph's C++ kernels built as a few libraries, not one each;
@@ -33,6 +34,8 @@ from passkit._torch.inductor import *  # noqa: F403
 from passkit._torch.inductor import __all__ as _inductor
 from passkit._torch.inductor_cache import *  # noqa: F403
 from passkit._torch.inductor_cache import __all__ as _inductor_cache
+from passkit._torch.inductor_warm import *  # noqa: F403
+from passkit._torch.inductor_warm import __all__ as _inductor_warm
 from passkit._torch.inductor_slots import *  # noqa: F403
 from passkit._torch.inductor_slots import __all__ as _inductor_slots
 from passkit._torch.kernel_bundles import *  # noqa: F403
@@ -54,6 +57,6 @@ from passkit._torch.values import __all__ as _values
 
 
 __all__ = [
-    *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_slots, *_kernel_bundles, *_logs,
+    *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots, *_kernel_bundles, *_logs,
     *_ops, *_region_values, *_regions, *_shape_guards, *_tracing, *_values,
 ]

@@ -15,6 +15,7 @@ import torch.fx
 from torch.fx import GraphModule
 
 from passkit._torch.inductor_cache import fakes_with_shape_env, static_input_specs
+from passkit._torch.inductor_warm import GraphKey, graph_key_given, start_cpu_probes
 from passkit._torch.kernel_bundles import KernelBundler
 from passkit._torch.hops import graph_and_subgraphs
 from passkit._torch.tracing import BERNOULLI_IN_LAYOUT, fake_mode_of, new_fake_mode
@@ -100,8 +101,11 @@ def inductor_failed_toolchain(exc: BaseException) -> str | None:
 
 def import_inductor_compiler() -> None:
     """Import Inductor's compiler (seconds of imports), as ``torch.compile`` does when it is
-    called: after it, the first graph, a cache hit's included, compiles without paying them."""
+    called: after it, the first graph, a cache hit's included, compiles without paying them.
+    Its CPU probes start on another thread (``start_cpu_probes``)."""
     import torch._inductor.compile_fx  # noqa: F401
+
+    start_cpu_probes()
 
 
 def inductor_compile(
@@ -116,6 +120,7 @@ def inductor_compile(
     graph_id: int,
     pair_state: InductorPairState,
     donated: Sequence[int] = (),
+    graph_key: GraphKey | None = None,
 ) -> tuple[Callable[[list[Any]], Any], list[tuple[int, ...] | None] | None]:
     """Compile one functional ATen graph with Inductor's inner compiler (``compile_fx_inner``).
 
@@ -124,7 +129,8 @@ def inductor_compile(
     chose for each output, which a backward compiled afterwards must be told about.
     ``donated`` lists a backward's inputs whose memory it may write its own buffers into (see
     ``mark_donated_inputs``); Inductor reads them from the tracing context, as torch's AOT
-    hands them over.
+    hands them over. ``graph_key`` is the FX graph cache key an earlier compile of the same
+    graph and inputs got (``graph_key_of``): Inductor looks it up without hashing again.
     """
     from torch._guards import TracingContext, tracing
     from torch._inductor import config as inductor_config
@@ -142,7 +148,7 @@ def inductor_compile(
     context = TracingContext(fake_mode)
     if donated:
         context.fw_metadata = _Donation(bw_donated_idxs=list(donated))  # type: ignore[assignment]
-    with inductor_config.patch(config_patches), tracing(context):
+    with inductor_config.patch(config_patches), tracing(context), graph_key_given(graph_key):
         with TracingContext.report_output_strides() as strides:
             compiled = compile_fx_inner(
                 gm,

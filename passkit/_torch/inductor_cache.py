@@ -204,14 +204,18 @@ def _portable(value: Any) -> Any:
 
 def inductor_config_digest(config_patches: dict[str, Any]) -> str:
     """sha256 of Inductor's whole config (as FX graph cache keys see it) with ``config_patches``
-    applied: what else, besides the graph, decides what Inductor generates."""
+    applied, and the CPU's vector capability: what else, besides the graph, decides what
+    Inductor generates."""
     import hashlib
     import json
 
     from torch._inductor import config as inductor_config
 
+    from passkit._torch.inductor_warm import cpu_capability
+
     with inductor_config.patch(config_patches):
         portable = _portable(inductor_config.save_config_portable())
+    portable = {"config": portable, "cpu_capability": cpu_capability()}  # C++ kernels are written for it
     return hashlib.sha256(json.dumps(portable, sort_keys=True, default=repr).encode()).hexdigest()
 
 

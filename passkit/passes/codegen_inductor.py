@@ -324,8 +324,9 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
         _write_mutations_in_graph(graph, written)
     if donated:
         _torch.mark_donated_inputs(graph, donated)
+    config_patches = {**options.config_patches(), **_region_config(graph)}
     recipe = cache_form.snapshot(graph, examples, is_backward=is_backward, is_inference=is_inference, static=static,
-                                 visible=visible, config_patches=options.config_patches(), pair=pair, donated=donated,
+                                 visible=visible, config_patches=config_patches, pair=pair, donated=donated,
                                  bundle_kernels=options.bundle_kernels)
     try:
         compiled, strides = _torch.inductor_compile(
@@ -335,13 +336,14 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
             is_inference=is_inference,
             static_input_idxs=static,
             user_visible_output_idxs=visible,
-            config_patches={**options.config_patches(), **_region_config(graph)},
+            config_patches=config_patches,
             graph_id=graph_id,
             pair_state=pair_state,
             donated=donated,
         )
     except Exception as exc:  # noqa: BLE001 - any Inductor failure becomes the one-line fallback error
         raise PassError(inductor_fallback_message(name, program.training, exc)) from exc
+    recipe = cache_form.filed_under(recipe, _torch.graph_key_of(compiled))
     return _torch.inductor_callable(compiled), strides, recipe, _torch.inductor_source(compiled)
 
 

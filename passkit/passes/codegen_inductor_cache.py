@@ -11,6 +11,8 @@ passkit's stages. The inputs are rebuilt as fake tensors in a fake mode with a s
 environment, exactly as the first compile made them, so Inductor's own FX graph cache finds
 the code it generated then (the cache of ``torch.compile``, under ``TORCHINDUCTOR_CACHE_DIR``)
 and generates nothing again. Where that cache was emptied, Inductor compiles the same graph again.
+The recipe keeps the key Inductor filed the graph under, so the reload does not hash the graph
+to find it (``_torch.graph_key_given``).
 
 What the recipe does not cover is Inductor's global config: the compile cache key includes its
 digest (``codegen.inductor``'s ``cache_context``), so an entry is only used under the config
@@ -41,7 +43,7 @@ from passkit import _torch
 
 __all__ = ["InductorRecipe", "snapshot", "cacheable", "load", "LOADER"]
 
-FORMAT = 2
+FORMAT = 3
 LOADER = "passkit.passes.codegen_inductor_cache:load"
 Wrapper = Literal["boxed", "no_grad", "strides_of"]
 
@@ -70,6 +72,7 @@ class InductorRecipe:
     donated: list[int] = dataclasses.field(default_factory=list)  # inputs a backward may overwrite
     bundle_kernels: bool = True  # its C++ kernels built as a few libraries (found again under the same names)
     symbolic: bool = False  # ``inputs`` are fake values with symbolic sizes (pickled with their shape environment)
+    graph_key: tuple[str, list[str]] | None = None  # Inductor's FX graph cache key for it (``_torch.graph_key_of``)
     format: int = FORMAT
 
 
@@ -93,6 +96,12 @@ def snapshot(graph: GraphModule, examples: Sequence[Any], *, is_backward: bool, 
         pair=pair or uuid.uuid4().hex, donated=list(donated), bundle_kernels=bundle_kernels,
         symbolic=symbolic,
     )
+
+
+def filed_under(recipe: InductorRecipe | None, graph_key: tuple[str, list[str]] | None) -> InductorRecipe | None:
+    """``recipe`` with the FX graph cache key Inductor filed its compile under, which a reload
+    hands back instead of hashing the graph again."""
+    return recipe if recipe is None else dataclasses.replace(recipe, graph_key=graph_key)
 
 
 def new_pair() -> str:
@@ -155,7 +164,7 @@ def load(recipe: InductorRecipe) -> Callable[..., Any]:
             graph, examples, is_backward=recipe.is_backward, is_inference=recipe.is_inference,
             static_input_idxs=recipe.static, user_visible_output_idxs=recipe.visible,
             config_patches=recipe.config_patches, graph_id=graph_id, pair_state=pair_state,
-            donated=recipe.donated,
+            donated=recipe.donated, graph_key=recipe.graph_key,
         )
     fn = _torch.inductor_callable(compiled)
     if recipe.wrapper == "strides_of":
