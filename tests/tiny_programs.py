@@ -1,6 +1,6 @@
 """Shared by runner and instrument tests: a hand-built program ``main(x, y) = (x + y) * y`` and
 ``Kit``, a plugin manager with test passes that runs pipelines built in Python; and the checks
-that a compiled model trains like eager."""
+that a compiled model trains like eager; the pipeline file that adds the ``regions`` step."""
 
 from __future__ import annotations
 
@@ -12,6 +12,17 @@ import torch
 from torch import fx
 
 import passkit
+
+# ``training-python`` with the ``regions`` step (docs/regions.md), as a file named regions-python.
+REGIONS_PYTHON = """
+[pipeline]
+name = "regions-python"
+extends = "training-python"
+
+[[steps]]
+pass = "regions"
+before = "functionalize"
+"""
 
 from passkit.pipeline import Pipeline, Settings, Step
 from passkit.program import GraphIO, Program, Signature

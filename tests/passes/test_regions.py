@@ -12,18 +12,9 @@ from torch import nn
 
 import passkit
 from passkit.examples import transformer
+from tiny_programs import REGIONS_PYTHON
 
-# The fast pipeline with the step added.
-OVERLAY = """
-[pipeline]
-name = "regions-python"
-extends = "training-python"
-
-[[steps]]
-pass = "regions"
-before = "functionalize"
-
-"""
+OVERLAY = REGIONS_PYTHON
 
 WITHOUT = """
 [pipeline]

@@ -10,16 +10,9 @@ from torch import nn
 
 import passkit
 from passkit.examples import transformer
+from tiny_programs import REGIONS_PYTHON
 
-OVERLAY = """
-[pipeline]
-name = "regions-python"
-extends = "training-python"
-
-[[steps]]
-pass = "regions"
-before = "functionalize"
-"""
+OVERLAY = REGIONS_PYTHON
 
 # Every run of the op on fake tensors: Dynamo's trace, and each time a stage runs a body.
 FAKE_RUNS: list[int] = []
