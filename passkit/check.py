@@ -97,8 +97,13 @@ def build_model(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
 
 
 def _loss(out: Any) -> torch.Tensor:
-    leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
-    return sum(((t.float() ** 2).mean() for t in leaves), torch.zeros(()))
+    """A loss whose gradient into each floating output is the seeded cotangent ``verify`` sends
+    there, so ``run`` compares the gradients ``verify`` and bisect compare (a mean would scale
+    every gradient difference down by the output's size)."""
+    from passkit.evaluate import output_cotangent
+
+    leaves = [(j, t) for j, t in enumerate(pytree.tree_leaves(out)) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    return sum(((t * output_cotangent(t.detach(), j)).float().sum() for j, t in leaves), torch.zeros(()))
 
 
 def run_check(

@@ -49,9 +49,15 @@ def _cotangent(value: torch.Tensor, seed: int) -> torch.Tensor:
     return torch.randn(value.shape, generator=generator, dtype=value.dtype).to(value.device)
 
 
+def output_cotangent(value: torch.Tensor, index: int) -> torch.Tensor:
+    """The seeded gradient every numerics check sends into the program's output ``index``
+    (standard normal, one seed per output): ``verify``, ``passkit run`` and bisect alike."""
+    return _cotangent(value, 1000 + index)
+
+
 def _user_cotangents(program: Program, outputs: Sequence[Any]) -> list[Any]:
     return [
-        _cotangent(out, 1000 + j) if info.requires_grad and isinstance(out, torch.Tensor) else None
+        output_cotangent(out, j) if info.requires_grad and isinstance(out, torch.Tensor) else None
         for j, (info, out) in enumerate(zip(program.signature.outputs, outputs))
     ]
 
@@ -150,7 +156,7 @@ def _tangents_for(program: Program, outputs: Sequence[Any], diff_positions: Sequ
         desc = outputs[k]
         value = values[k]
         if desc.kind == "user" and program.signature.outputs[desc.index].requires_grad:
-            tangents.append(_cotangent(value, 1000 + desc.index))
+            tangents.append(output_cotangent(value, desc.index))
         else:
             tangents.append(torch.zeros_like(value))
     return tangents

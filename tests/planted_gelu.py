@@ -82,3 +82,10 @@ def mlp() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """Inputs of a few units, where the tanh form is furthest from the exact one."""
     torch.manual_seed(0)
     return Mlp(), (torch.randn(8, 16) * 4,)
+
+
+def mlp_grads() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """A Linear -> GELU -> Linear (d=32) at PyTorch's initialisation on a rank-3 input: the tanh
+    form moves its outputs by less than (1e-3, 1e-4) allows, and its weight gradients by more."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 32)), (torch.randn(2, 8, 32),)

@@ -76,6 +76,30 @@ def test_beyond_the_declared_tolerance_run_verify_and_bisect_all_reject_it(cli, 
     assert lines[2] == "minimal pipeline: tight-minimal.toml (3 steps: functionalize, planted.gelu_tanh, codegen.python), reproduces"
 
 
+def test_a_change_only_gradients_show_is_rejected_by_run_verify_and_bisect_alike(cli, planted) -> None:
+    # mlp_grads' outputs move by less than (1e-3, 1e-4) allows, its weight gradients by more. run
+    # used to backpropagate a mean, which shrank every gradient difference by the output's size
+    # and said ok where verify and bisect said no; all three now send the same seeded gradient.
+    grads_model = ["--model", "planted_gelu:mlp_grads"]
+    run = cli.invoke(main, ["run", _pipeline(planted, "tight", _pass("planted.gelu_tanh")), *grads_model])
+    assert run.exit_code == 1, run.output
+    assert re.fullmatch(
+        rf"MISMATCH: tight.toml on planted_gelu:mlp_grads \(training\) vs eager: outputs max \|diff\| {DIFF}, "
+        r"grads max \|diff\| 1.4e-03 \(rtol 0.001, atol 0.0001\); first mismatch: grad\[0.weight\]: max \|diff\| 0.00142 \(\+\d+ more\)",
+        run.stdout.splitlines()[-1],
+    ), run.stdout
+
+    verified = cli.invoke(main, ["run", _pipeline(planted, "vtight", _pass("planted.gelu_tanh"), verify=True), *grads_model])
+    assert verified.exit_code == 1, verified.output
+    assert " changed numerics: max |diff| 0.00142 in grad[0] of graph main (rtol 0.001, atol 0.0001) " in verified.stderr
+
+    bisected = cli.invoke(main, ["bisect", "tight.toml", *grads_model])
+    assert bisected.exit_code == 1, bisected.output
+    assert bisected.stdout.splitlines()[1] == (
+        f"  graph 1, training: numerics: changed numerics: max |diff| 0.00142 in grad[0] of graph main {TIGHT}"
+    )
+
+
 def test_within_the_declared_tolerance_run_verify_and_bisect_all_accept_it(cli, planted) -> None:
     run = cli.invoke(main, ["run", _pipeline(planted, "loose", _pass("planted.gelu_tanh_loose")), *MODEL])
     assert run.exit_code == 0, run.output
