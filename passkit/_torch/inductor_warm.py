@@ -1,5 +1,5 @@
 """Own what makes Inductor's start in a warm process cheap: the FX graph cache key a compile
-cache entry stores, and Inductor's once-per-process CPU probes started early.
+cache entry stores.
 
 - **The stored key.** On a hit, ``codegen.inductor``'s compile cache runs Inductor's inner
   compiler on the stored graph again, so Inductor's FX graph cache finds the code it generated.
@@ -11,11 +11,6 @@ cache entry stores, and Inductor's once-per-process CPU probes started early.
   version, the CPU's vector capability) is in passkit's own entry key, so a stored key is only
   used where Inductor would have computed the same one. Where torch's ``prepare_key`` is not the
   one this was written for, the key is computed as before.
-- **The probes.** Before its first C++ kernel Inductor checks which vector instructions the
-  CPU and compiler support: it builds a probe library per instruction set and loads each in a
-  fresh Python process (``valid_vec_isa_list``), one to three seconds that every process pays
-  once, cache hit or not. ``start_cpu_probes`` runs them on a daemon thread when the backend is
-  built, so the child processes and the compiler run on another core while Dynamo traces.
 """
 
 from __future__ import annotations
@@ -27,7 +22,7 @@ from typing import Any, Iterator
 
 import torch
 
-__all__ = ["cpu_capability", "graph_key_given", "graph_key_of", "start_cpu_probes"]
+__all__ = ["cpu_capability", "graph_key_given", "graph_key_of"]
 
 GraphKey = tuple[str, list[str]]  # Inductor's FX graph cache key and its debug lines
 
@@ -90,23 +85,3 @@ def cpu_capability() -> str:
         return str(torch.backends.cpu.get_cpu_capability())
     except Exception:  # noqa: BLE001 - an unknown capability only makes keys more specific
         return "unknown"
-
-
-_probes_started = False
-
-
-def start_cpu_probes() -> None:
-    """Run Inductor's CPU vector-instruction probes on a daemon thread (once per process; not
-    where CUDA is present, where the first kernels are Triton's)."""
-    global _probes_started
-    if _probes_started or torch.cuda.is_available():
-        return
-    _probes_started = True
-
-    def probe() -> None:
-        with contextlib.suppress(Exception):  # Inductor probes again, and reports, when it needs them
-            from torch._inductor.cpu_vec_isa import valid_vec_isa_list
-
-            valid_vec_isa_list()
-
-    threading.Thread(target=probe, name="passkit-inductor-cpu-probes", daemon=True).start()
