@@ -11,7 +11,10 @@ a folder never lands in the repository.
 For the whole run (set once, before xdist starts its workers, which inherit it): Inductor's and
 passkit's caches and Hypothesis's example database live under the run's temp folder, never in
 ``/tmp/torchinductor_$USER``, ``~/.cache/passkit`` or the repository; the OpInfo sweep's shard
-rotates by date (the header says which ran). Every test has a time limit (``pytest-timeout``):
+rotates by date (the header says which ran). Each worker runs Inductor's CPU probes once, up front,
+in the run's own Inductor cache folder: passkit starts them on a thread when a backend is built,
+and a thread left running into the next test would probe in whatever temporary cache folder that
+test makes and removes. Every test has a time limit (``pytest-timeout``):
 ``timeout`` in pyproject, ``SLOW_TIMEOUT`` for tests marked ``slow``, unless a test sets its own
 ``pytest.mark.timeout``.
 """
@@ -71,6 +74,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if gpu:
         config.hook.pytest_deselected(items=gpu)
         items[:] = [item for item in items if item.get_closest_marker("gpu") is None]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cpu_probes_answered() -> None:
+    if not torch.cuda.is_available():
+        from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+        valid_vec_isa_list()
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ owns one side of torch:
 - ``graph_passes``: torch's min-cut partitioner, fake-value propagation, reinplacing;
 - ``graph_pickle``: graph modules pickled node by node with their metadata (the compile cache);
 - ``inductor`` and ``inductor_cache``: Inductor's inner compiler and its cache form;
-- ``inductor_warm``: the FX graph key an entry stores;
+- ``inductor_warm``: the FX graph key an entry stores, and Inductor's CPU probes run early;
 - ``inductor_slots``: the objects a mounted pipeline file puts in Inductor's custom-pass slots;
 - ``shape_guards``: a symbolic program's signature and guards (the compile cache's key and hits);
 - ``kernel_bundles``: a graph's C++ kernels built as a few libraries, not one each;

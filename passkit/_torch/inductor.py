@@ -15,7 +15,7 @@ import torch.fx
 from torch.fx import GraphModule
 
 from passkit._torch.inductor_cache import fakes_with_shape_env, static_input_specs
-from passkit._torch.inductor_warm import GraphKey, graph_key_given
+from passkit._torch.inductor_warm import GraphKey, cpu_probes_settled, graph_key_given, start_cpu_probes
 from passkit._torch.kernel_bundles import KernelBundler
 from passkit._torch.hops import graph_and_subgraphs
 from passkit._torch.tracing import BERNOULLI_IN_LAYOUT, fake_mode_of, new_fake_mode
@@ -101,8 +101,11 @@ def inductor_failed_toolchain(exc: BaseException) -> str | None:
 
 def import_inductor_compiler() -> None:
     """Import Inductor's compiler (seconds of imports), as ``torch.compile`` does when it is
-    called: after it, the first graph, a cache hit's included, compiles without paying them."""
+    called: after it, the first graph, a cache hit's included, compiles without paying them.
+    Its CPU probes start on another thread (``start_cpu_probes``)."""
     import torch._inductor.compile_fx  # noqa: F401
+
+    start_cpu_probes()
 
 
 def inductor_compile(
@@ -133,6 +136,7 @@ def inductor_compile(
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx_inner
 
+    cpu_probes_settled()
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     output.meta["user_visible_output_idxs"] = list(user_visible_output_idxs)
     fake_mode = fake_mode_of(example_inputs) or new_fake_mode()

@@ -346,3 +346,29 @@ def test_a_long_codegen_beats_with_the_kernels_generated_so_far(
     assert int(beats[-1].group(1)) > 0, lines  # type: ignore[union-attr]
     assert re.fullmatch(rf"\[{total}/{total}\] codegen\.inductor: unchanged, .*", lines[-1]), lines
 
+
+PROBES_CHILD = """
+import threading
+import passkit
+from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+passkit.backend("training")  # builds the backend: codegen.inductor's prepare runs, no graph compiles
+probes = [t for t in threading.enumerate() if t.name == "passkit-inductor-cpu-probes"]
+for probe in probes:
+    probe.join(300)
+print(len(probes), valid_vec_isa_list.cache_info().currsize)
+"""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA present the first kernels are Triton's: no CPU probes")
+def test_building_the_backend_runs_inductors_cpu_probes_on_a_thread_before_any_graph(tmp_path) -> None:
+    # Inductor probes the CPU's vector instructions (a compiler run and a fresh Python process per
+    # instruction set) before its first C++ kernel; started when the backend is built, they run
+    # while Dynamo traces instead of inside the first compile or cache load.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", PROBES_CHILD], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1", "1"]  # one probe thread, and the probes' result is cached
