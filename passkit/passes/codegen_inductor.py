@@ -125,11 +125,14 @@ def _graph_for_inductor(gm: GraphModule, options: InductorOptions) -> GraphModul
         graph = Graph()
         graph.output(graph.graph_copy(gm.graph, {}))
         copy = GraphModule(gm, graph)
+    typed_fills = False
     for node in copy.graph.nodes:
         if node.target is torch.ops.aten.full.default and node.kwargs.get("dtype") is None:
             node.kwargs = {**node.kwargs, "dtype": node.meta["val"].dtype}
+            typed_fills = True
+    if typed_fills:  # else its code is already current (a deep graph's code takes a while to write)
+        copy.recompile()
     _torch.hide_bernoulli_fills(copy, fallback_random=options.fallback_random)
-    copy.recompile()
     return copy
 
 
