@@ -239,7 +239,11 @@ def min_cut(program: Program, **values: Any) -> bool:
 
     problem = costed(estimate)
     try:
-        smallest, fastest = problem.smallest(), problem.fastest()
+        fastest = problem.fastest()
+        # The smallest plan sets the scale of a limit; without one it is not needed (a second
+        # min-cut over the whole graph).
+        limited = options.memory_budget < 1.0 or options.max_saved is not None
+        smallest = problem.smallest() if limited else fastest
         top = fastest.bytes
         if options.fused_pointwise and options.memory_budget < 1.0:
             # A budget's scale ends at the fastest plan of unfused code, whatever the code
