@@ -1,4 +1,5 @@
-"""Own ``passkit explain``: the resolved plan of a pipeline, with the file that set each value."""
+"""Own ``passkit explain``: the resolved plan of a pipeline, with the file that set each value
+and the tolerance each step declares."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import click
 
 from passkit.cli import terminal
 from passkit.pipeline.messages import DEFAULT_ORIGIN
+from passkit.pipeline.model import step_tolerance
 
 if TYPE_CHECKING:
     from passkit.pipeline import Pipeline
+    from passkit.pipeline.model import Step
 
 __all__ = ["command", "explain_text"]
 
@@ -65,12 +68,18 @@ def explain_text(pipeline: Pipeline) -> str:
         title = f"{step.id} (pass {step.pass_name})" if step.id != step.pass_name else step.id
         if flags:
             title += f" [{', '.join(flags)}]"
-        rows.append((str(step.position + 1), title, step.origin.get("pass", DEFAULT_ORIGIN)))
+        rows.append((str(step.position + 1), title, _tolerance(step), step.origin.get("pass", DEFAULT_ORIGIN)))
         for key, value in step.options.model_dump().items():
             items = [step.origin[f"{key}[{i}]"] for i in range(len(value))] if f"{key}[0]" in step.origin else None
-            rows.extend(_option_rows(key, value, step.origin.get(key, DEFAULT_ORIGIN), items))
-    lines.append(terminal.table(("#", "step", "set by"), rows))
+            rows.extend(("", text, "", origin) for _, text, origin in _option_rows(key, value, step.origin.get(key, DEFAULT_ORIGIN), items))
+    lines.append(terminal.table(("#", "step", "tolerance", "set by"), rows))
     return "\n".join(lines)
+
+
+def _tolerance(step: Step) -> str:
+    """The tolerance the step's pass declares, as ``passkit passes`` shows one; ``-`` for none."""
+    declared = step_tolerance(step)
+    return "-" if declared is None else f"rtol={declared['rtol']:g}, atol={declared['atol']:g}"
 
 
 def _option_rows(key: str, value: object, origin: str, items: list[str] | None = None) -> list[tuple[str, str, str]]:

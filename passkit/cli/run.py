@@ -25,11 +25,13 @@ __all__ = ["command", "verdict", "exit_code_for", "EXIT_OK", "EXIT_MISMATCH", "E
 
 
 @click.command("run")
-@click.argument("file")
+@click.argument("file", required=False, metavar="FILE")
 @click.option("--model", metavar="MODULE:FACTORY", default=None,
               help="Factory returning (module, example_inputs); default: the bundled transformer block.")
 @click.option("--dump", "dump_dir", metavar="DIR", default=None, help="Write each step's graph code into DIR.")
-@click.option("--json", "json_out", metavar="OUT", default=None, help="Write the result as JSON to OUT ('-': stdout).")
+@click.option("--json", "json_out", metavar="[OUT]", is_flag=False, flag_value="-", default=None,
+              help="Print the result as JSON on stdout (the table and verdict go to stderr); "
+                   "--json OUT writes it to the file OUT instead.")
 @click.option("--report", metavar="FILE", default=None, help="Write an HTML report of the run to FILE.")
 @click.option("--rtol", type=click.FloatRange(min=0), default=None, help="Relative tolerance vs eager (default: [settings] rtol).")
 @click.option("--atol", type=click.FloatRange(min=0), default=None, help="Absolute tolerance vs eager (default: [settings] atol).")
@@ -50,6 +52,7 @@ def command(
     from passkit.check import run_check
     from passkit.cli.live import LiveTable
 
+    file, json_out = _file_and_json(ctx, file, json_out)
     register_plugins(plugins)
     pipeline: Any = file
     if report is not None:
@@ -75,6 +78,17 @@ def command(
         ctx.exit(EXIT_FELL_BACK)
     if not result.ok:
         ctx.exit(EXIT_MISMATCH)
+
+
+def _file_and_json(ctx: click.Context, file: str | None, json_out: str | None) -> tuple[str, str | None]:
+    """FILE, and where the JSON goes. ``--json`` takes an optional OUT, so in ``run --json my.toml``
+    it took the pipeline: without another FILE, that word is FILE and the JSON goes to stdout."""
+    if file is not None:
+        return file, json_out
+    if json_out not in (None, "-"):
+        return json_out, "-"
+    param = next(p for p in ctx.command.params if p.name == "file")
+    raise click.MissingParameter(ctx=ctx, param=param)
 
 
 def verdict(result: CheckResult) -> str:

@@ -19,6 +19,7 @@ from torch.fx import Node
 
 from passkit import _torch
 from passkit.patterns.model import Alt, Dim, Op, Pattern, Var, Where, Wildcard
+from passkit.patterns.where import where_miss
 
 __all__ = ["Match", "deepest_miss", "explain_miss", "match_pattern", "node_args", "target_matches"]
 
@@ -123,34 +124,7 @@ def _kwarg_index(target: Any, name: str) -> int | None:
 
 
 def _where_holds(where: Where, value: Any, state: _State) -> bool:
-    val = value.meta.get("val") if isinstance(value, Node) else value
-    if not isinstance(val, torch.Tensor):
-        return where.dtype is None and where.rank is None and where.shape is None and (
-            where.check is None or bool(where.check(val))
-        )
-    if where.dtype is not None:
-        dtypes = where.dtype if isinstance(where.dtype, tuple) else (where.dtype,)
-        if val.dtype not in dtypes:
-            return False
-    if where.rank is not None:
-        ranks = where.rank if isinstance(where.rank, tuple) else (where.rank,)
-        if val.dim() not in ranks:
-            return False
-    if where.shape is not None:
-        if len(where.shape) != val.dim():
-            return False
-        for want, size in zip(where.shape, val.shape):
-            if want is None:
-                continue
-            if isinstance(want, str):
-                if want in state.sizes:
-                    if state.sizes[want] != size:
-                        return False
-                else:
-                    state.sizes[want] = size
-            elif want != size:
-                return False
-    return where.check is None or bool(where.check(val))
+    return where_miss(where, value, state.sizes) is None
 
 
 def _first_tensor_rank(values: list[Any]) -> int | None:
@@ -297,7 +271,7 @@ def _match_op_inner(pattern: Op, value: Any, state: _State) -> bool:
         mismatch = next((i for i, (p, v) in enumerate(zip(order, args)) if not _match(p, v, trial, rank)), None)
         if mismatch is not None:
             if not isinstance(order[mismatch], (Op, Alt)):
-                _note(f"{_describe(value)} argument {_arg_name(value, mismatch)}: wanted {order[mismatch]!r}, found {_describe(args[mismatch])}")
+                _note(f"{_describe(value)} argument {_arg_name(value, mismatch)}: {_argument_miss(order[mismatch], args[mismatch], trial)}")
             continue
         if not all(_kwarg_matches(value, args, key, p, trial, rank) for key, p in pattern.kwargs):
             continue
@@ -308,6 +282,17 @@ def _match_op_inner(pattern: Op, value: Any, state: _State) -> bool:
         state.adopt(trial)
         return True
     return False
+
+
+def _argument_miss(pattern: Any, value: Any, state: _State) -> str:
+    """Why a non-op pattern argument missed: the constraint a ``Var``'s ``where`` failed
+    (dtype, rank, shape, check), else what was wanted and what was found."""
+    if isinstance(pattern, Var) and pattern.where is not None:
+        # A copy of the sizes: explaining a miss must not bind the sizes it names.
+        failed = where_miss(pattern.where, value, dict(state.sizes))
+        if failed is not None:
+            return f"{pattern.name} {failed}"
+    return f"wanted {pattern!r}, found {_describe(value)}"
 
 
 def _kwarg_matches(node: Node, args: list[Any], key: str, pattern: Any, state: _State, rank: int | None) -> bool:

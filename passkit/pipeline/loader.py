@@ -103,8 +103,9 @@ def _missing_file_hint(path: Path, registry: Registry, referrer: Path | None) ->
     (``training-python.toml`` for ``training-python``), else a close file beside it, else a
     close pipeline name. Stems are compared, since a shared ``.toml`` makes any two names alike."""
     stem = path.stem if path.suffix == ".toml" else path.name
+    as_name = " (a name, without .toml)" if path.suffix == ".toml" else ""
     if stem in registry.pipelines:
-        return f"; did you mean the pipeline {stem!r} (a name, without .toml)?"
+        return f"; did you mean the pipeline {stem!r}{as_name}?"
     try:
         siblings = {sibling.stem: sibling for sibling in path.parent.glob("*.toml") if sibling.is_file()}
     except OSError:
@@ -112,7 +113,7 @@ def _missing_file_hint(path: Path, registry: Registry, referrer: Path | None) ->
     if referrer is not None:
         siblings = {name: sibling for name, sibling in siblings.items() if sibling.resolve() != referrer.resolve()}
     hint = did_you_mean(stem, siblings, template="'{}.toml'")
-    return hint or did_you_mean(stem, registry.pipelines, template="the pipeline '{}'")
+    return hint or did_you_mean(stem, registry.pipelines, template=f"the pipeline '{{}}'{as_name}")
 
 
 def _resolve(path: Path, file: str, registry: Registry, chain: tuple[tuple[Path, str], ...]) -> Draft:

@@ -185,6 +185,13 @@ class Pipeline:
         return hashlib.sha256(text.encode()).hexdigest()
 
 
+def step_tolerance(step: Step) -> dict[str, float] | None:
+    """The ``(rtol, atol)`` the step's pass declares for its options, as ``{"rtol", "atol"}``; None
+    when it keeps eager's numerics (the pipeline's own ``rtol``/``atol`` hold)."""
+    declared = step.pass_.declared_tolerance(step.options)
+    return None if declared is None else {"rtol": float(declared[0]), "atol": float(declared[1])}
+
+
 def _explain_step(step: Step) -> dict[str, Any]:
     options = options_json(step.options)
     described = {}
@@ -201,5 +208,6 @@ def _explain_step(step: Step) -> dict[str, Any]:
         "enabled": step.enabled,
         "from": {key: step.origin[key] for key in ("pass", "when", "enabled")},
         "options": described,
+        "tolerance": step_tolerance(step),
         **({"slot": {"value": step.slot, "from": step.origin.get("slot", "")}} if step.slot is not None else {}),
     }

@@ -151,6 +151,37 @@ def test_run_json_to_stdout_prints_only_json_there(cli, fake_check) -> None:
     assert result.stderr.splitlines()[-1].startswith("ok: good on passkit.examples:block (training)")
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "good.toml", "--json"],
+        ["run", "--json", "good.toml"],
+        ["run", "good.toml", "--json", "--model", "pkg.mod:make"],
+    ],
+    ids=["after-file", "before-file", "before-another-option"],
+)
+def test_run_json_is_a_bare_flag_like_the_listings(cli, fake_check, args) -> None:
+    fake = fake_check()
+    result = cli.invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert [call[0] for call in fake.calls] == ["good.toml"]
+    assert json.loads(result.stdout) == {
+        "pipeline": "good", "ok": True, "reports": [report.to_json() for report in fake.result.reports],
+    }
+    assert result.stderr.splitlines()[-1] == (
+        "ok: good on passkit.examples:block (training) vs eager: "
+        "outputs max |diff| 1.2e-07, grads max |diff| 3.5e-07 (rtol 0.0001, atol 1e-05)"
+    )
+
+
+def test_run_without_a_file_is_still_a_missing_argument(cli, fake_check) -> None:
+    fake = fake_check()
+    for args in (["run"], ["run", "--json"], ["run", "--json", "-"]):
+        result = cli.invoke(main, args)
+        assert (result.exit_code, result.stderr) == (2, "passkit run: Missing argument 'FILE' (see 'passkit run --help')\n")
+    assert fake.calls == []
+
+
 def test_run_exits_3_and_says_so_when_the_compile_fell_back_to_eager(cli, fake_check) -> None:
     fake_check(result=FakeCheckResult(outputs_max_diff=0.0, grads_max_diff=0.0,
                                       fallbacks=["t.toml: steps[1] (fold) failed: RuntimeError: kaboom (after: functionalize)"]))

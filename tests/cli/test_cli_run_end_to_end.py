@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+
+from passkit.cli import main
 
 MODELS = textwrap.dedent(
     '''
@@ -140,3 +144,26 @@ def test_a_planted_miscompile_is_a_mismatch_and_exit_1(workdir: Path) -> None:
     assert "; first mismatch: output[0]: max |diff| " in verdict
     data = json.loads((workdir / "result.json").read_text())
     assert data["ok"] is False and data["mismatches"][0].startswith("output[0]: max |diff| ")
+
+
+@pytest.mark.slow
+def test_a_folder_named_like_an_installed_plugin_does_not_shadow_it(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process, as the ``passkit`` script runs (``python -m`` itself puts the folder first)."""
+    pytest.importorskip("passkit_example")
+    for name in [name for name in sys.modules if name.split(".")[0] == "passkit_example"]:
+        monkeypatch.delitem(sys.modules, name)  # so the run imports the plugin afresh
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.chdir(workdir)
+    (workdir / "passkit_example").mkdir()
+    (workdir / "passkit_example" / "__init__.py").write_text('"""Not the plugin: a folder that shares its name."""\n')
+    result = CliRunner().invoke(main, ["run", "training-gelu-tanh", "--model", "tiny_models:tiny"])
+    assert result.exit_code == 0, result.output
+    plugin = sys.modules["passkit_example"]
+    assert Path(plugin.__file__).parent != workdir / "passkit_example"
+    shipped = re.escape(str(plugin.PIPELINES_DIR / "training-gelu-tanh.toml"))
+    assert re.fullmatch(
+        rf"ok: {shipped} on tiny_models:tiny \(training\) vs eager: outputs max \|diff\| \d\.\de-\d\d, "
+        r"grads max \|diff\| \d\.\de-\d\d \(rtol 0\.001, atol 0\.001\)",
+        result.stdout.splitlines()[-1],
+    ), result.stdout.splitlines()[-1]
+    assert sys.path[-1] == str(workdir)  # the model came from here, looked up after the installed packages

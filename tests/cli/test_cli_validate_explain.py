@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from passkit.cli import main
+from passkit.hookspecs import hookimpl
+from passkit.pass_api import graph_pass
+from passkit.plugins import make_plugin_manager
+from passkit.program import Program
+from passkit.registry import build_registry
 
 
 def test_validate_reports_each_file_and_exits_0_when_all_are_valid(cli, registry, workdir, good_toml) -> None:
@@ -77,13 +84,13 @@ def test_explain_shows_where_each_value_came_from(cli, registry, workdir, good_t
         'cache      "on"            <default>\n'
         "\n"
         "steps:\n"
-        "#  step          set by\n"
-        "-  ------------  ----------\n"
-        "1  t.functional  good.toml\n"
-        "2  t.fold        good.toml\n"
-        "     limit = 7   good.toml\n"
-        "     keep = []   child.toml\n"
-        "3  t.codegen     good.toml\n"
+        "#  step          tolerance  set by\n"
+        "-  ------------  ---------  ----------\n"
+        "1  t.functional  -          good.toml\n"
+        "2  t.fold        -          good.toml\n"
+        "     limit = 7              good.toml\n"
+        "     keep = []              child.toml\n"
+        "3  t.codegen     -          good.toml\n"
     )
 
 
@@ -107,16 +114,16 @@ def test_explain_marks_disabled_and_conditional_steps(cli, registry, workdir, go
     assert result.exit_code == 0, result.output
     steps = result.stdout.split("steps:\n")[1]
     assert steps == (
-        "#  step                                       set by\n"
-        "-  -----------------------------------------  ----------\n"
-        "1  t.functional                               good.toml\n"
-        "2  t.fold [disabled by child.toml]            good.toml\n"
-        "     limit = 7                                good.toml\n"
-        '     keep = ["aten.gelu"]                     <default>\n'
-        "3  late-fold (pass t.fold) [when = training]  child.toml\n"
-        "     limit = 100                              <default>\n"
-        '     keep = ["aten.gelu"]                     <default>\n'
-        "4  t.codegen                                  good.toml\n"
+        "#  step                                       tolerance  set by\n"
+        "-  -----------------------------------------  ---------  ----------\n"
+        "1  t.functional                               -          good.toml\n"
+        "2  t.fold [disabled by child.toml]            -          good.toml\n"
+        "     limit = 7                                           good.toml\n"
+        '     keep = ["aten.gelu"]                                <default>\n'
+        "3  late-fold (pass t.fold) [when = training]  -          child.toml\n"
+        "     limit = 100                                         <default>\n"
+        '     keep = ["aten.gelu"]                                <default>\n'
+        "4  t.codegen                                  -          good.toml\n"
     )
 
 
@@ -144,13 +151,107 @@ def test_explain_shows_which_file_added_each_item_of_an_edited_list(cli, registr
     assert result.exit_code == 0, result.output
     fold = result.stdout.split("steps:\n")[1].splitlines()[3:8]
     assert fold == [
-        "2  t.fold            good.toml",
-        "     limit = 7       good.toml",
-        "     keep = [        child.toml",
-        '       "aten.gelu",  good.toml',
-        '       "aten.silu",  child.toml',
+        "2  t.fold            -          good.toml",
+        "     limit = 7                  good.toml",
+        "     keep = [                   child.toml",
+        '       "aten.gelu",             good.toml',
+        '       "aten.silu",             child.toml',
     ]
     plan = json.loads(cli.invoke(main, ["explain", "--json", "child.toml"]).stdout)
     assert plan["steps"][1]["options"]["keep"] == {
         "value": ["aten.gelu", "aten.silu"], "from": "child.toml", "items_from": ["good.toml", "child.toml"],
     }
+
+
+def _fast_tolerance(options) -> tuple[float, float] | None:
+    """Loose only with fast math on."""
+    return (1e-2, 1e-3) if options.fast else None
+
+
+@graph_pass("t.approx", requires={"functional"}, tolerance=(1e-3, 1e-4))
+def approx(program: Program) -> bool:
+    """Approximate on purpose."""
+    return False
+
+
+@graph_pass("t.maybe_fast", requires={"functional"}, tolerance=_fast_tolerance)
+def maybe_fast(program: Program, *, fast: bool = False) -> bool:
+    """Approximate only when asked."""
+    return False
+
+
+@graph_pass("t.functional", produces={"functional"})
+def functional(program: Program) -> bool:
+    """Pretend to functionalize."""
+    return False
+
+
+@graph_pass("t.codegen", produces={"compiled"})
+def codegen(program: Program) -> bool:
+    """Pretend to compile."""
+    return False
+
+
+@pytest.fixture
+def approximating(monkeypatch):
+    """A registry of passes of which two declare a tolerance, one of them per options."""
+
+    class Approximating:
+        @hookimpl
+        def passkit_register_passes(self) -> list:
+            return [functional, approx, maybe_fast, codegen]
+
+    pm = make_plugin_manager(load_entry_points=False, builtins=False)
+    pm.register(Approximating(), name="approx")
+    built = build_registry(pm)
+    monkeypatch.setattr("passkit.registry.get_registry", lambda: built)
+    return built
+
+
+TOLERANT = """\
+[pipeline]
+name = "tolerant"
+
+[[steps]]
+pass = "t.functional"
+
+[[steps]]
+pass = "t.approx"
+
+[[steps]]
+pass = "t.maybe_fast"
+id = "exact"
+
+[[steps]]
+pass = "t.maybe_fast"
+id = "fast"
+fast = true
+
+[[steps]]
+pass = "t.codegen"
+"""
+
+
+def test_explain_shows_each_steps_declared_tolerance(cli, approximating, workdir) -> None:
+    (workdir / "tolerant.toml").write_text(TOLERANT)
+    result = cli.invoke(main, ["explain", "tolerant.toml"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.split("steps:\n")[1] == (
+        "#  step                       tolerance                set by\n"
+        "-  -------------------------  -----------------------  -------------\n"
+        "1  t.functional               -                        tolerant.toml\n"
+        "2  t.approx                   rtol=0.001, atol=0.0001  tolerant.toml\n"
+        "3  exact (pass t.maybe_fast)  -                        tolerant.toml\n"
+        "     fast = false                                      <default>\n"
+        "4  fast (pass t.maybe_fast)   rtol=0.01, atol=0.001    tolerant.toml\n"
+        "     fast = true                                       tolerant.toml\n"
+        "5  t.codegen                  -                        tolerant.toml\n"
+    )
+    plan = json.loads(cli.invoke(main, ["explain", "--json", "tolerant.toml"]).stdout)
+    assert [(step["id"], step["tolerance"]) for step in plan["steps"]] == [
+        ("t.functional", None),
+        ("t.approx", {"rtol": 0.001, "atol": 0.0001}),
+        ("exact", None),
+        ("fast", {"rtol": 0.01, "atol": 0.001}),
+        ("t.codegen", None),
+    ]

@@ -215,7 +215,22 @@ def test_a_missing_file_suggests_a_close_file_beside_it_then_a_close_pipeline(wr
     assert str(info.value) == "x.toml: extends: pipeline file not found: bsae.toml; did you mean 'base.toml'?"
     with pytest.raises(PipelineError) as info:
         load_pipeline("y.toml", registry=registry)
-    assert str(info.value) == "y.toml: extends: pipeline file not found: trainig.toml; did you mean the pipeline 'training'?"
+    assert str(info.value) == (
+        "y.toml: extends: pipeline file not found: trainig.toml; did you mean the pipeline 'training' (a name, without .toml)?"
+    )
+
+
+@pytest.mark.parametrize("extends", [True, False], ids=["from-extends", "from-the-command-line"])
+def test_a_misspelt_pipeline_written_as_a_file_name_gets_the_same_hint_as_a_correct_one(write, registry, extends):
+    registry.pipelines["training-python"] = write("lib/training-python.toml", "[[steps]]\npass = 'codegen.python'\n")
+    write("x.toml", "[pipeline]\nextends = 'training-pyton.toml'\n")
+    with pytest.raises(PipelineError) as info:
+        load_pipeline("x.toml" if extends else "training-pyton.toml", registry=registry)
+    prefix = "x.toml: extends" if extends else "passkit"
+    assert str(info.value) == (
+        f"{prefix}: pipeline file not found: training-pyton.toml; "
+        "did you mean the pipeline 'training-python' (a name, without .toml)?"
+    )
 
 
 def test_a_missing_file_outside_the_working_directory_is_shown_normalised(write, registry, tmp_path, monkeypatch):

@@ -264,6 +264,7 @@ def test_explain_shows_every_value_and_the_file_that_set_it(write, registry):
                 "enabled": False,
                 "from": {"pass": "base.toml", "when": "<default>", "enabled": "over.toml"},
                 "options": {},
+                "tolerance": None,
             },
             {
                 "number": 2,
@@ -274,6 +275,7 @@ def test_explain_shows_every_value_and_the_file_that_set_it(write, registry):
                 "enabled": True,
                 "from": {"pass": "over.toml", "when": "over.toml", "enabled": "<default>"},
                 "options": {},
+                "tolerance": None,
             },
             {
                 "number": 3,
@@ -288,6 +290,7 @@ def test_explain_shows_every_value_and_the_file_that_set_it(write, registry):
                     "keep": {"value": [], "from": "<default>"},
                     "extra": {"value": [], "from": "<default>"},
                 },
+                "tolerance": None,
             },
             {
                 "number": 4,
@@ -298,6 +301,7 @@ def test_explain_shows_every_value_and_the_file_that_set_it(write, registry):
                 "enabled": True,
                 "from": {"pass": "base.toml", "when": "<default>", "enabled": "<default>"},
                 "options": {},
+                "tolerance": None,
             },
         ],
     }
