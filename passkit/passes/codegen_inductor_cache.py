@@ -23,9 +23,12 @@ arguments), not pickled: unpickling a graph module retraces its code, which rena
 turns factory calls into constants, and Inductor's cache keys on the code. A graph whose input
 sizes are symbolic keeps its inputs as the fake values themselves (``symbolic``): the compile
 cache pickles them with their shape environment, so the reloaded inputs carry the same symbols
-and hints and Inductor's FX graph cache finds the symbolic code it generated. A graph is left
-uncached (the program then compiles every time) when it calls something that cannot be found
-again by name, or when it does not rebuild to the same code.
+and hints and Inductor's FX graph cache finds the symbolic code it generated. The bodies of
+outlined regions (graph modules the graph reads with ``get_attr`` and calls through
+``invoke_subgraph``) are stored the same way, under their attribute names, and must rebuild to
+the code Inductor compiled too (``codes``). A graph is left uncached (the program then compiles
+every time) when it or a body calls something that cannot be found again by name, or when
+either does not rebuild to the same code.
 """
 
 from __future__ import annotations
