@@ -102,7 +102,6 @@ class _Lines:
 def child(pipeline: str, model_name: str) -> None:
     cache_lines = _Lines()
     import torch
-    import transformers
 
     import passkit
     import passkit.api
@@ -126,6 +125,8 @@ def child(pipeline: str, model_name: str) -> None:
         def loss_of(call: object) -> torch.Tensor:
             return call(x).square().mean()
     else:
+        import transformers
+
         if model_name == "default":
             config = transformers.GPT2Config()
             ids_shape, vocab = (2, 32), config.vocab_size

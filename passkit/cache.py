@@ -37,8 +37,9 @@ Compiled callables are stored as follows (the hook point for code generators):
   are stored the same way), and must print the same code when it is rebuilt, as must each
   graph module it holds (an outlined region's body). Only when every function its graphs call
   is found again by its module and name (ATen ops, torch functions, ``operator``, higher-order
-  ops such as ``invoke_subgraph`` under ``torch.ops.higher_order``): a closure or a kernel object would not survive that round trip, and a program
-  that reloads different code is worse than one that compiles again. Plain pickling is not
+  ops such as ``invoke_subgraph`` under ``torch.ops.higher_order``): a closure or a kernel
+  object would not survive that round trip, and a program that reloads different code is
+  worse than one that compiles again. Plain pickling is not
   used: it re-traces the generated code, which turns random factory calls into constants and
   drops the fake values the runtime wrapper reads;
 - any other callable is stored if it has a ``passkit_cache_payload()`` method returning
@@ -318,7 +319,8 @@ def _load_callable(stored: tuple[str, Any]) -> Callable[..., Any]:
     kind, data = stored
     if kind == "graph_module":
         gm, codes = data
-        if _torch.graph_codes(gm) != codes:  # rebuilt node by node, it (and each region body) must print the code that was compiled
+        # Rebuilt node by node, it and each region body in it must print the code that was compiled.
+        if _torch.graph_codes(gm) != codes:
             raise CorruptEntry("a stored graph reloads to other code")
         return gm.forward
     if kind == "loader":
