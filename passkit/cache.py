@@ -39,9 +39,9 @@ Compiled callables are stored as follows (the hook point for code generators):
   is found again by its module and name (ATen ops, torch functions, ``operator``, higher-order
   ops such as ``invoke_subgraph`` under ``torch.ops.higher_order``): a closure or a kernel
   object would not survive that round trip, and a program that reloads different code is
-  worse than one that compiles again. Plain pickling is not
-  used: it re-traces the generated code, which turns random factory calls into constants and
-  drops the fake values the runtime wrapper reads;
+  worse than one that compiles again. Plain pickling is not used: it re-traces the generated
+  code, which turns random factory calls into constants and drops the fake values the runtime
+  wrapper reads;
 - any other callable is stored if it has a ``passkit_cache_payload()`` method returning
   ``(loader, data)``: ``loader`` is a ``"module:function"`` string and ``data`` picklable;
   loading calls ``function(data)`` to get the callable back. ``codegen.inductor`` gives its
