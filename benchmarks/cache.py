@@ -3,7 +3,11 @@
 Each measurement is a fresh Python process that builds a GPT-2 (``transformers``, its own
 attention implementation), compiles it with ``passkit.compile`` and runs one training step.
 ``--model default`` is ``GPT2Config()`` as shipped (12 layers, d=768); ``--model small`` is a
-2-layer d=64 GPT-2 for a quick run. Two contenders:
+2-layer d=64 GPT-2 for a quick run; ``--model stack24`` (any ``stackN``) is the acceptance block
+stack of ``benchmarks/compile_depth.py`` (``passkit.examples.transformer``, N layers, d=64, input
+(4, 32, 64)). ``--regions`` adds the ``regions`` step to the pipeline (an overlay, before
+``functionalize``), so that the repeated layers are outlined into one shared body, which the
+entry then stores with the graphs. Two contenders:
 
 - ``cold``: an empty passkit cache folder, so every step of the pipeline runs (and the entry is
   written);
@@ -19,7 +23,7 @@ Per process: ``compile``, the time passkit spends turning the captured program i
 passkit's functional trace of Dynamo's graph (it runs warm too: the key is computed from it);
 ``first call``, the wall time of the first forward and backward; ``dynamo``, what the first call
 spends outside passkit's backend (Dynamo's tracing and guards) less the time of a second,
-compiled step; ``step``, that second step. Each round uses fresh folders and runs cold, then
+compiled step; ``step``, that second step; ``process``, the whole process from start to exit. Each round uses fresh folders and runs cold, then
 warm (warm needs what cold wrote); medians over rounds are quoted, and ratios warm/cold are
 taken within the run. Numerics of warm and cold are compared exactly.
 
@@ -38,7 +42,7 @@ and ``process``, the whole process from start to exit. Medians are quoted, with 
 ratios. Target: passkit's warm ``loop`` <= Inductor's (exit status 1 otherwise). Warm losses
 must equal cold ones exactly, per contender. Figures: docs/cache.md.
 
-Run: ``python benchmarks/cache.py [--rounds 3] [--pipeline training] [--model default|small]``
+Run: ``python benchmarks/cache.py [--rounds 3] [--pipeline training] [--model default|small|stack24] [--regions]``
 or ``python benchmarks/cache.py --loop mistral [--rounds 3] [--pipeline training]``.
 """
 
@@ -56,7 +60,16 @@ from pathlib import Path
 
 TARGET = 0.2
 ROOT = Path(__file__).resolve().parents[1]
-FIGURES = ("compile", "capture", "first_call", "dynamo", "step")
+FIGURES = ("compile", "capture", "first_call", "dynamo", "step", "process")
+REGIONS_OVERLAY = """
+[pipeline]
+name = "{name}-regions"
+extends = "{name}"
+
+[[steps]]
+pass = "regions"
+before = "functionalize"
+"""
 
 
 def _timed(module: object, name: str, spent: list[float]) -> None:
@@ -89,7 +102,6 @@ class _Lines:
 def child(pipeline: str, model_name: str) -> None:
     cache_lines = _Lines()
     import torch
-    import transformers
 
     import passkit
     import passkit.api
@@ -103,24 +115,38 @@ def child(pipeline: str, model_name: str) -> None:
     steps: list[str] = []
     run_pass = Pass.run
     Pass.run = lambda self, *a, **k: steps.append(self.name) or run_pass(self, *a, **k)
-    if model_name == "default":
-        config = transformers.GPT2Config()
-        ids_shape, vocab = (2, 32), config.vocab_size
-    else:
-        config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=128, n_positions=32)
-        ids_shape, vocab = (2, 16), 128
     torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(config).train()
-    ids = torch.randint(0, vocab, ids_shape)
+    if model_name.startswith("stack"):
+        from passkit.examples import transformer
+
+        model = transformer.TransformerStack(int(model_name[len("stack"):]), 64, 4).train()
+        x = torch.randn(4, 32, 64)
+
+        def loss_of(call: object) -> torch.Tensor:
+            return call(x).square().mean()
+    else:
+        import transformers
+
+        if model_name == "default":
+            config = transformers.GPT2Config()
+            ids_shape, vocab = (2, 32), config.vocab_size
+        else:
+            config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=128, n_positions=32)
+            ids_shape, vocab = (2, 16), 128
+        model = transformers.GPT2LMHeadModel(config).train()
+        ids = torch.randint(0, vocab, ids_shape)
+
+        def loss_of(call: object) -> torch.Tensor:
+            return call(input_ids=ids, labels=ids).loss
     compiled = passkit.compile(model, pipeline=pipeline)
     started = time.perf_counter()
-    out = compiled(input_ids=ids, labels=ids)
-    out.loss.backward()
+    loss_value = loss_of(compiled)
+    loss_value.backward()
     first_call = time.perf_counter() - started
-    loss, grad_sum = float(out.loss.detach()), float(sum(p.grad.double().sum() for p in model.parameters() if p.grad is not None))
+    loss, grad_sum = float(loss_value.detach()), float(sum(p.grad.double().sum() for p in model.parameters() if p.grad is not None))
     model.zero_grad(set_to_none=True)
     started = time.perf_counter()
-    compiled(input_ids=ids, labels=ids).loss.backward()
+    loss_of(compiled).backward()
     step = time.perf_counter() - started
     backend = sum(compile_spent) + sum(capture_spent)
     print(json.dumps({
@@ -132,6 +158,8 @@ def child(pipeline: str, model_name: str) -> None:
         "hits": [r.cache for r in compiled.passkit_reports],
         "steps_run": len(steps),
         "inductor": _torch.inductor_cache_counts(),
+        "regions": [r.stats.get("repeats") for report in compiled.passkit_reports for r in report.records
+                    if r.id == "regions"],
         "cache_log": cache_lines.lines,
         "loss": loss,
         "grad_sum": grad_sum,
@@ -229,18 +257,21 @@ def mistral_main(rounds: int, pipeline: str) -> int:
 def run_child(cache: Path, inductor_cache: Path, pipeline: str, model: str) -> dict:
     env = {**os.environ, "PASSKIT_CACHE_DIR": str(cache), "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    started = time.perf_counter()
     done = subprocess.run([sys.executable, __file__, "--child", "--pipeline", pipeline, "--model", model],
                           env=env, capture_output=True, text=True, timeout=3600)
+    process = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"child failed:\n{done.stderr}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "process": process}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pipeline", default="training")
-    parser.add_argument("--model", choices=["default", "small"], default="default")
+    parser.add_argument("--model", default="default", help="default, small (GPT-2) or stackN (block stack, N layers)")
+    parser.add_argument("--regions", action="store_true", help="add the regions step to the pipeline (before functionalize)")
     parser.add_argument("--loop", choices=["mistral"], default=None,
                         help="time a warm restart of a Mistral-style loop against torch.compile's")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -254,23 +285,31 @@ def main() -> int:
     if args.child:
         child(args.pipeline, args.model)
         return 0
+    if args.model not in ("default", "small") and not (args.model.startswith("stack") and args.model[5:].isdigit()):
+        parser.error(f"argument --model: {args.model!r} is not default, small or stackN")
     results: dict[str, list[dict]] = {"cold": [], "warm": []}
     for round_index in range(args.rounds):
         with tempfile.TemporaryDirectory() as folder:
             cache, inductor_cache = Path(folder) / "passkit", Path(folder) / "inductor"
-            cold = run_child(cache, inductor_cache, args.pipeline, args.model)
-            warm = run_child(cache, inductor_cache, args.pipeline, args.model)
+            pipeline = args.pipeline
+            if args.regions:
+                pipeline = str(Path(folder) / f"{args.pipeline}-regions.toml")
+                Path(pipeline).write_text(REGIONS_OVERLAY.format(name=args.pipeline))
+            cold = run_child(cache, inductor_cache, pipeline, args.model)
+            warm = run_child(cache, inductor_cache, pipeline, args.model)
         results["cold"].append(cold)
         results["warm"].append(warm)
         for name, r in (("cold", cold), ("warm", warm)):
             print(f"round {round_index + 1} {name}: " + ", ".join(f"{key} {r[key]:.2f} s" for key in FIGURES)
                   + f", cache {r['hits']}, passkit steps run {r['steps_run']}, Inductor FX cache {r['inductor']}"
+                  + (f", regions {r['regions']}" if args.regions else "")
                   + "".join(f"\n  passkit.cache: {line}" for line in r["cache_log"]), flush=True)
         if (warm["loss"], warm["grad_sum"]) != (cold["loss"], cold["grad_sum"]):
             print(f"NUMERICS DIFFER: cold {cold['loss']} {cold['grad_sum']} vs warm {warm['loss']} {warm['grad_sum']}")
             return 1
     med = {name: {key: statistics.median(r[key] for r in runs) for key in FIGURES} for name, runs in results.items()}
-    print(f"\nGPT-2 ({args.model} config), pipeline {args.pipeline}, {args.rounds} rounds, medians (s):")
+    model = f"block stack ({args.model[5:]} layers, d=64)" if args.model.startswith("stack") else f"GPT-2 ({args.model} config)"
+    print(f"\n{model}, pipeline {args.pipeline}{' + regions' if args.regions else ''}, {args.rounds} rounds, medians (s):")
     print(f"{'':6}" + "".join(f"  {key:>10}" for key in FIGURES))
     for name in ("cold", "warm"):
         print(f"{name:6}" + "".join(f"  {med[name][key]:10.3f}" for key in FIGURES))

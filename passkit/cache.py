@@ -34,12 +34,14 @@ Compiled callables are stored as follows (the hook point for code generators):
 
 - a ``GraphModule``'s bound ``forward`` (what ``codegen.python`` produces) is stored as its
   graph, node by node with the nodes' metadata (``_torch.dumps_graphs``; the program's graphs
-  are stored the same way), and must print the same code when it is rebuilt. Only when every
-  function its graphs call is found again by its module and name (ATen ops, torch functions,
-  ``operator``): a closure or a kernel object would not survive that round trip, and a program
-  that reloads different code is worse than one that compiles again. Plain pickling is not
-  used: it re-traces the generated code, which turns random factory calls into constants and
-  drops the fake values the runtime wrapper reads;
+  are stored the same way), and must print the same code when it is rebuilt, as must each
+  graph module it holds (an outlined region's body). Only when every function its graphs call
+  is found again by its module and name (ATen ops, torch functions, ``operator``, higher-order
+  ops such as ``invoke_subgraph`` under ``torch.ops.higher_order``): a closure or a kernel
+  object would not survive that round trip, and a program that reloads different code is
+  worse than one that compiles again. Plain pickling is not used: it re-traces the generated
+  code, which turns random factory calls into constants and drops the fake values the runtime
+  wrapper reads;
 - any other callable is stored if it has a ``passkit_cache_payload()`` method returning
   ``(loader, data)``: ``loader`` is a ``"module:function"`` string and ``data`` picklable;
   loading calls ``function(data)`` to get the callable back. ``codegen.inductor`` gives its
@@ -103,7 +105,7 @@ __all__ = [
     "clear_cache",
 ]
 
-FORMAT = 2  # 2: graphs stored node by node (1 pickled their code, which froze random draws into constants)
+FORMAT = 3  # 3: a stored graph module's code checked with its region bodies' (2: graphs stored node by node)
 MAGIC = b"passkit-cache-entry v1\n"
 STALE_TEMP_SECONDS = 3600.0  # a temp file this old belongs to a writer that died
 
@@ -261,7 +263,10 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 def _resolves_by_name(target: Any) -> bool:
-    """Whether importing ``target``'s module and looking up its name gives ``target`` back."""
+    """Whether importing ``target``'s module and looking up its name gives ``target`` back (a
+    higher-order op, ``invoke_subgraph`` calling a region's body: under ``torch.ops.higher_order``)."""
+    if _torch.is_higher_order(target):
+        return getattr(torch.ops.higher_order, target.name(), None) is target
     module = getattr(target, "__module__", None)
     if not isinstance(module, str):
         return False
@@ -300,7 +305,7 @@ def _reloads_faithfully(gm: GraphModule) -> bool:
 def _store_callable(fn: Callable[..., Any]) -> tuple[str, Any] | None:
     owner = getattr(fn, "__self__", None)
     if inspect.ismethod(fn) and isinstance(owner, GraphModule) and fn.__name__ == "forward":
-        return ("graph_module", (owner, owner.code)) if _reloads_faithfully(owner) else None
+        return ("graph_module", (owner, _torch.graph_codes(owner))) if _reloads_faithfully(owner) else None
     payload = getattr(fn, "passkit_cache_payload", None)
     if callable(payload):
         described = payload()
@@ -313,8 +318,9 @@ def _store_callable(fn: Callable[..., Any]) -> tuple[str, Any] | None:
 def _load_callable(stored: tuple[str, Any]) -> Callable[..., Any]:
     kind, data = stored
     if kind == "graph_module":
-        gm, code = data
-        if gm.code != code:  # rebuilt node by node, it must print the code that was compiled
+        gm, codes = data
+        # Rebuilt node by node, it and each region body in it must print the code that was compiled.
+        if _torch.graph_codes(gm) != codes:
             raise CorruptEntry("a stored graph reloads to other code")
         return gm.forward
     if kind == "loader":

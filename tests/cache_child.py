@@ -13,7 +13,9 @@ pipeline applies to (training programs through training pipelines, the same prog
 saves with ``torch.save`` to ``OUT``, per pipeline and program: the compiled results (or the
 error the compiled program raised), eager's, and each report's cache mark. Run twice against one cache folder, it shows whether a program
 loaded from the cache computes what the compiled one did. With ``--dynamic`` it trains the
-module whose batch size changes (``dynamic_and_report``) and prints one JSON line.
+module whose batch size changes (``dynamic_and_report``) and prints one JSON line. With
+``--regions`` it trains a block stack with dropout through ``CHILD_PIPELINE`` with the
+``regions`` step added (``regions_and_report``): its layers outlined into one shared body.
 """
 
 from __future__ import annotations
@@ -239,7 +241,85 @@ def dynamic_and_report() -> dict:
     }
 
 
+REGIONS_OVERLAY = """
+[pipeline]
+name = "{name}-regions"
+extends = "{name}"
+
+[[steps]]
+pass = "regions"
+before = "functionalize"
+"""
+
+
+class _DropoutBlock(torch.nn.Module):
+    """The acceptance block with dropout after it (p=0.1, as GPT-2's)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        from passkit.examples import transformer
+
+        self.block, self.drop = transformer.Block(dim, 4), torch.nn.Dropout(0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.block(x))
+
+
+class _DropoutStack(torch.nn.Module):
+    def __init__(self, layers: int, dim: int) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_DropoutBlock(dim) for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def regions_and_report(layers: int = 4, dim: int = 32) -> dict:
+    """Train a ``layers``-deep block stack with dropout one seeded step through ``CHILD_PIPELINE``
+    with the ``regions`` step (an overlay written to the working directory), and eagerly: the
+    cache mark, the regions the stored or fresh report names, the passes that ran, Inductor's
+    FX cache counts, the graphs it hashed, and the values."""
+    name = os.environ.get("CHILD_PIPELINE", "training")
+    with open(f"{name}-regions.toml", "w") as handle:
+        handle.write(REGIONS_OVERLAY.format(name=name))
+    runs: list[str] = []
+    original = Pass.run
+    Pass.run = lambda self, *args, **keywords: runs.append(self.name) or original(self, *args, **keywords)
+    try:
+        torch.manual_seed(0)
+        model = _DropoutStack(layers, dim)
+        eager = copy.deepcopy(model)
+        x = torch.randn(2, 16, dim, generator=torch.Generator().manual_seed(1))
+        compiled = passkit.compile(model, pipeline=f"{name}-regions.toml")
+        with graphs_hashed() as hashed:
+            torch.manual_seed(2)  # the same dropout masks
+            out = compiled(x)
+            out.square().sum().backward()
+    finally:
+        Pass.run = original
+    torch.manual_seed(2)
+    eager_out = eager(x)
+    eager_out.square().sum().backward()
+    report = compiled.passkit_reports[0]
+    return {
+        "cache": report.cache,
+        "repeats": next(r.stats.get("repeats") for r in report.records if r.id == "regions"),
+        "passes_run": len(runs),
+        "inductor": _torch.inductor_cache_counts(),
+        "graphs_hashed": len(hashed),
+        "out": out.detach().tolist(),
+        "grads": [p.grad.tolist() for p in model.parameters()],
+        "eager_out": eager_out.detach().tolist(),
+        "eager_grads": [p.grad.tolist() for p in eager.parameters()],
+    }
+
+
 def main() -> None:
+    if "--regions" in sys.argv:
+        print(json.dumps(regions_and_report()), flush=True)
+        return
     if "--dynamic" in sys.argv:
         print(json.dumps(dynamic_and_report()), flush=True)
         return

@@ -1,6 +1,6 @@
-"""Own the compile-cache form of a ``codegen.inductor`` graph: plain-data graphs, static input
-specs, fakes with a shape environment, symbolic inputs kept as fakes, and Inductor's config
-digest and FX cache counters.
+"""Own the compile-cache form of a ``codegen.inductor`` graph: plain-data graphs (the bodies of
+outlined regions, ``invoke_subgraph``'s, included), static input specs, fakes with a shape
+environment, symbolic inputs kept as fakes, and Inductor's config digest and FX cache counters.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import torch
 import torch.fx
 from torch.fx import GraphModule
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch._ops import OpOverload
+from torch._ops import HigherOrderOperator, OpOverload
 
 __all__ = [
     "fakes_with_shape_env",
+    "graph_codes",
     "graph_data",
     "graph_from_data",
     "inductor_cache_counts",
@@ -97,6 +98,9 @@ def _target_ref(target: Any) -> tuple[str, ...] | None:
         return ("str", target)
     if isinstance(target, OpOverload):
         return ("op", target.namespace, target._opname, target._overloadname)
+    if isinstance(target, HigherOrderOperator):  # ``invoke_subgraph`` calling a region's body
+        found = getattr(torch.ops.higher_order, target.name(), None)
+        return ("hop", target.name()) if found is target else None
     module, name = getattr(target, "__module__", None), getattr(target, "__qualname__", None)
     if not isinstance(module, str) or not isinstance(name, str):
         return None
@@ -116,6 +120,8 @@ def _resolve_target(ref: Sequence[str]) -> Any:
         return ref[1]
     if ref[0] == "op":
         return getattr(getattr(getattr(torch.ops, ref[1]), ref[2]), ref[3])
+    if ref[0] == "hop":
+        return getattr(torch.ops.higher_order, ref[1])
     found: Any = importlib.import_module(ref[1])
     for part in ref[2].split("."):
         found = getattr(found, part)
@@ -159,8 +165,13 @@ def _arg_value(data: Any, nodes: dict[str, torch.fx.Node]) -> Any:
 def graph_data(gm: GraphModule) -> dict[str, Any] | None:
     """``gm`` as plain picklable data that ``graph_from_data`` rebuilds with the same node names,
     targets and arguments (so the same code); None when it calls something not found by name,
-    holds a submodule or an argument of another kind. Node metadata is not kept."""
-    nodes, attrs = [], {}
+    holds a submodule or an argument of another kind. A graph module it reads with ``get_attr``
+    (an outlined region's body, which ``invoke_subgraph`` calls) is stored the same way under
+    its attribute name, and must be storable too. Node metadata is not kept."""
+    nodes: list[Any] = []
+    attrs: dict[str, Any] = {}
+    bodies: dict[str, Any] = {}
+    named: dict[int, str] = {}  # a body read under two names comes back as one module
     try:
         for node in gm.graph.nodes:
             target = _target_ref(node.target)
@@ -168,17 +179,27 @@ def graph_data(gm: GraphModule) -> dict[str, Any] | None:
                 return None
             if node.op == "get_attr":
                 value = getattr(gm, node.target, None)
-                if "." in node.target or not isinstance(value, torch.Tensor) or isinstance(value, FakeTensor):
+                if "." in node.target:
                     return None
-                attrs[node.target] = value.detach().clone()
+                if isinstance(value, GraphModule):
+                    if node.target not in bodies:
+                        first = named.setdefault(id(value), node.target)
+                        body = graph_data(value) if first == node.target else ("same as", first)
+                        if body is None:
+                            return None
+                        bodies[node.target] = body
+                elif isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
+                    attrs[node.target] = value.detach().clone()
+                else:
+                    return None
             nodes.append((node.op, node.name, target, _arg_data(node.args), _arg_data(node.kwargs)))
     except _NotStorable:
         return None
-    return {"nodes": nodes, "attrs": attrs}
+    return {"nodes": nodes, "attrs": attrs, "bodies": bodies, "class_name": type(gm).__name__}
 
 
 def graph_from_data(data: dict[str, Any]) -> GraphModule:
-    """The graph module ``graph_data`` described."""
+    """The graph module ``graph_data`` described, its region bodies rebuilt as graph modules."""
     graph, made = torch.fx.Graph(), {}
     for op, name, target, args, kwargs in data["nodes"]:
         made[name] = graph.create_node(op, _resolve_target(target), _arg_value(args, made),
@@ -186,7 +207,21 @@ def graph_from_data(data: dict[str, Any]) -> GraphModule:
     root = torch.nn.Module()
     for name, value in data["attrs"].items():
         setattr(root, name, value)
-    return GraphModule(root, graph)
+    bodies = data.get("bodies", {})
+    for name, body in bodies.items():
+        if not isinstance(body, tuple):
+            setattr(root, name, graph_from_data(body))
+    for name, body in bodies.items():
+        if isinstance(body, tuple):
+            setattr(root, name, getattr(root, body[1]))
+    return GraphModule(root, graph, class_name=data.get("class_name", "GraphModule"))
+
+
+def graph_codes(gm: GraphModule) -> dict[str, str]:
+    """The code of ``gm`` (under ``""``) and of every graph module in it (region bodies, under
+    their qualified names): what Inductor's FX graph cache keys a graph on."""
+    return {name: module.code for name, module in gm.named_modules(remove_duplicate=False)
+            if isinstance(module, GraphModule)}
 
 
 def _portable(value: Any) -> Any:

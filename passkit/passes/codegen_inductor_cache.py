@@ -23,9 +23,12 @@ arguments), not pickled: unpickling a graph module retraces its code, which rena
 turns factory calls into constants, and Inductor's cache keys on the code. A graph whose input
 sizes are symbolic keeps its inputs as the fake values themselves (``symbolic``): the compile
 cache pickles them with their shape environment, so the reloaded inputs carry the same symbols
-and hints and Inductor's FX graph cache finds the symbolic code it generated. A graph is left
-uncached (the program then compiles every time) when it calls something that cannot be found
-again by name, or when it does not rebuild to the same code.
+and hints and Inductor's FX graph cache finds the symbolic code it generated. The bodies of
+outlined regions (graph modules the graph reads with ``get_attr`` and calls through
+``invoke_subgraph``) are stored the same way, under their attribute names, and must rebuild to
+the code Inductor compiled too (``codes``). A graph is left uncached (the program then compiles
+every time) when it or a body calls something that cannot be found again by name, or when
+either does not rebuild to the same code.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from passkit import _torch
 
 __all__ = ["InductorRecipe", "snapshot", "cacheable", "load", "LOADER"]
 
-FORMAT = 3
+FORMAT = 4  # 4: region bodies stored with the graph (``codes`` holds theirs too)
 LOADER = "passkit.passes.codegen_inductor_cache:load"
 Wrapper = Literal["boxed", "no_grad", "strides_of"]
 
@@ -58,7 +61,7 @@ class InductorRecipe:
     """What Inductor's inner compiler was given for one graph, in picklable form."""
 
     graph: dict[str, Any]  # ``_torch.graph_data`` of the graph before Inductor rewrote it
-    code: str  # its code, which Inductor's FX graph cache keys on
+    codes: dict[str, str]  # its code and its region bodies' (``_torch.graph_codes``): Inductor's FX graph cache keys on them
     inputs: list[Any]  # ``_torch.static_input_specs`` of the example inputs, or the fakes themselves when symbolic
     is_backward: bool
     is_inference: bool
@@ -91,7 +94,7 @@ def snapshot(graph: GraphModule, examples: Sequence[Any], *, is_backward: bool, 
     if data is None:
         return None
     return InductorRecipe(
-        graph=data, code=graph.code, inputs=specs, is_backward=is_backward, is_inference=is_inference,
+        graph=data, codes=_torch.graph_codes(graph), inputs=specs, is_backward=is_backward, is_inference=is_inference,
         static=list(static), visible=list(visible), config_patches=dict(config_patches),
         pair=pair or uuid.uuid4().hex, donated=list(donated), bundle_kernels=bundle_kernels,
         symbolic=symbolic,
@@ -123,10 +126,10 @@ def cacheable(fn: Callable[..., Any], recipe: InductorRecipe | None, wrapper: Wr
 
 
 def _payload(recipe: InductorRecipe) -> tuple[str, InductorRecipe] | None:
-    """What the compile cache stores; None (compile every time) unless the graph reloads to
-    the code Inductor compiled. Checked only when an entry is written."""
+    """What the compile cache stores; None (compile every time) unless the graph and each of
+    its region bodies reload to the code Inductor compiled. Checked only when an entry is written."""
     try:
-        if _torch.graph_from_data(recipe.graph).code != recipe.code:
+        if _torch.graph_codes(_torch.graph_from_data(recipe.graph)) != recipe.codes:
             return None
     except Exception:  # noqa: BLE001 - a graph that does not reload is not stored
         return None
@@ -154,7 +157,7 @@ def load(recipe: InductorRecipe) -> Callable[..., Any]:
     if not isinstance(recipe, InductorRecipe) or recipe.format != FORMAT:
         raise ValueError("written by another version of codegen.inductor")
     graph = _torch.graph_from_data(recipe.graph)
-    if graph.code != recipe.code:
+    if _torch.graph_codes(graph) != recipe.codes:
         raise ValueError("the stored graph reloads to other code")
     examples = list(recipe.inputs) if recipe.symbolic else _torch.fakes_with_shape_env(recipe.inputs)
     graph_id, pair_state = _graph_id_and_device(recipe)
