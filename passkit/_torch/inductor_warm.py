@@ -106,7 +106,8 @@ def start_cpu_probes() -> None:
     from torch._inductor.cpu_vec_isa import valid_vec_isa_list
 
     with _probes_lock:
-        if _probes is not None or torch.cuda.is_available() or valid_vec_isa_list.cache_info().currsize:
+        cache_info = getattr(valid_vec_isa_list, "cache_info", None)  # a functools cache on 2.11-2.13
+        if _probes is not None or torch.cuda.is_available() or cache_info is None or cache_info().currsize:
             return
 
         def probe() -> None:
