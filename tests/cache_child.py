@@ -78,13 +78,7 @@ def compile_and_report() -> dict:
     return {
         "cache": compiled.passkit_reports[0].cache,
         "passkit": passkit.__file__,
-        "passes_run": len(runs),
-        "inductor": _torch.inductor_cache_counts(),
-        "graphs_hashed": len(hashed),
-        "out": out.detach().tolist(),
-        "grads": [p.grad.tolist() for p in model.parameters()],
-        "eager_out": eager_out.detach().tolist(),
-        "eager_grads": [p.grad.tolist() for p in eager.parameters()],
+        **_run_and_values(runs, hashed, model, out, eager, eager_out),
     }
 
 
@@ -306,6 +300,14 @@ def regions_and_report(layers: int = 4, dim: int = 32) -> dict:
     return {
         "cache": report.cache,
         "repeats": next(r.stats.get("repeats") for r in report.records if r.id == "regions"),
+        **_run_and_values(runs, hashed, model, out, eager, eager_out),
+    }
+
+
+def _run_and_values(runs: list, hashed: list, model: torch.nn.Module, out: torch.Tensor,
+                    eager: torch.nn.Module, eager_out: torch.Tensor) -> dict:
+    """What a compile ran and hashed, and its values next to eager's."""
+    return {
         "passes_run": len(runs),
         "inductor": _torch.inductor_cache_counts(),
         "graphs_hashed": len(hashed),
