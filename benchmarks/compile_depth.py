@@ -47,16 +47,19 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-REGIONS = """
+def regions_overlay(base: str) -> str:
+    """A pipeline file: ``base`` with the ``regions`` step added, named ``<base>-regions``."""
+    return f"""
 [pipeline]
-name = "training-regions"
-extends = "training"
+name = "{base}-regions"
+extends = "{base}"
 
 [[steps]]
 pass = "regions"
 before = "functionalize"
-
 """
+
+
 CONTENDERS = ["eager", "inductor", "training-regions", "training"]
 WORKLOADS = ["stack2", "stack8", "stack24", "stack48", "gpt2", "llama"]
 
@@ -250,7 +253,7 @@ def main() -> int:
             return 2
     with tempfile.TemporaryDirectory() as scratch:
         regions_file = str(Path(scratch) / "training-regions.toml")
-        Path(regions_file).write_text(REGIONS)
+        Path(regions_file).write_text(regions_overlay("training"))
         if args.paired:
             paired(args.paired, args.pairs, args.threads, regions_file)
             return 0

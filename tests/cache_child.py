@@ -32,6 +32,7 @@ import torch
 import passkit
 from passkit import _torch
 from passkit.pass_api import Pass
+from tiny_programs import regions_overlay
 
 
 @contextlib.contextmanager
@@ -235,17 +236,6 @@ def dynamic_and_report() -> dict:
     }
 
 
-REGIONS_OVERLAY = """
-[pipeline]
-name = "{name}-regions"
-extends = "{name}"
-
-[[steps]]
-pass = "regions"
-before = "functionalize"
-"""
-
-
 class _DropoutBlock(torch.nn.Module):
     """The acceptance block with dropout after it (p=0.1, as GPT-2's)."""
 
@@ -277,7 +267,7 @@ def regions_and_report(layers: int = 4, dim: int = 32) -> dict:
     FX cache counts, the graphs it hashed, and the values."""
     name = os.environ.get("CHILD_PIPELINE", "training")
     with open(f"{name}-regions.toml", "w") as handle:
-        handle.write(REGIONS_OVERLAY.format(name=name))
+        handle.write(regions_overlay(name))
     runs: list[str] = []
     original = Pass.run
     Pass.run = lambda self, *args, **keywords: runs.append(self.name) or original(self, *args, **keywords)

@@ -13,16 +13,24 @@ from torch import fx
 
 import passkit
 
-# ``training-python`` with the ``regions`` step (docs/regions.md), as a file named regions-python.
-REGIONS_PYTHON = """
+
+
+def regions_overlay(base: str, name: str | None = None) -> str:
+    """A pipeline file: ``base`` with the ``regions`` step (docs/regions.md), named ``name``
+    (``<base>-regions`` unless given)."""
+    return f"""
 [pipeline]
-name = "regions-python"
-extends = "training-python"
+name = "{name or base + '-regions'}"
+extends = "{base}"
 
 [[steps]]
 pass = "regions"
 before = "functionalize"
 """
+
+
+# ``training-python`` with the ``regions`` step, as a file named regions-python.
+REGIONS_PYTHON = regions_overlay("training-python", "regions-python")
 
 from passkit.pipeline import Pipeline, Settings, Step
 from passkit.program import GraphIO, Program, Signature
