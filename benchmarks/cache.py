@@ -25,7 +25,9 @@ passkit's functional trace of Dynamo's graph (it runs warm too: the key is compu
 spends outside passkit's backend (Dynamo's tracing and guards) less the time of a second,
 compiled step; ``step``, that second step; ``process``, the whole process from start to exit. Each round uses fresh folders and runs cold, then
 warm (warm needs what cold wrote); medians over rounds are quoted, and ratios warm/cold are
-taken within the run. Numerics of warm and cold are compared exactly.
+taken within the run. Numerics of warm and cold are compared exactly, so every process runs with
+``torch.use_deterministic_algorithms(True)``: without it Inductor's embedding backward (GPT-2's
+``wte``) adds from several threads, and its last bits change from process to process.
 
 Target: warm ``compile`` <= 0.2 x cold ``compile`` (exit status 1 otherwise).
 
@@ -106,6 +108,7 @@ def child(pipeline: str, model_name: str) -> None:
     steps: list[str] = []
     run_pass = Pass.run
     Pass.run = lambda self, *a, **k: steps.append(self.name) or run_pass(self, *a, **k)
+    torch.use_deterministic_algorithms(True)
     torch.manual_seed(0)
     if model_name.startswith("stack"):
         from passkit.examples import transformer

@@ -16,6 +16,11 @@ instead of running the steps. The key (``cache_key``) covers everything that dec
 - what a step's ``cache_context`` names outside the program and options (``codegen.inductor``:
   a digest of Inductor's global config with the step's settings applied);
 - the torch, Python and passkit versions, and the device;
+- torch's global numerics settings (``numerics_settings``): deterministic algorithms, the float32
+  matmul precision and the CUDA/cuDNN reduced-precision switches. Inductor's own cache keys on
+  them too, and passkit's entries hold compiled code, so a program compiled before
+  ``torch.use_deterministic_algorithms(True)`` is never loaded after it (its scatter-adds would
+  still be ordered by thread timing);
 - a digest of passkit's own files (``passkit_source_digest``: every ``passkit/**/*.py`` and
   shipped pipeline file, read once per process), so an upgrade or a local edit of the runtime,
   capture or a built-in pass never loads an entry that other passkit code compiled.
@@ -98,6 +103,7 @@ __all__ = [
     "cache_dir",
     "cache_key",
     "plan_digest",
+    "numerics_settings",
     "cache_enabled",
     "CompileCache",
     "CacheInfo",
@@ -140,6 +146,22 @@ def _versions() -> dict[str, str]:
         except PackageNotFoundError:
             found[name] = "unknown"
     return {**found, "python": platform.python_version()}
+
+
+def numerics_settings() -> dict[str, Any]:
+    """torch's process-wide switches that change what compiled code computes."""
+    import torch.utils.deterministic
+
+    cuda_matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    return {
+        "deterministic": [torch.are_deterministic_algorithms_enabled(),
+                          torch.is_deterministic_algorithms_warn_only_enabled(),
+                          torch.utils.deterministic.fill_uninitialized_memory],
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cuda_matmul": [cuda_matmul.allow_tf32, cuda_matmul.allow_fp16_reduced_precision_reduction,
+                        cuda_matmul.allow_bf16_reduced_precision_reduction],
+        "cudnn": [cudnn.allow_tf32, cudnn.deterministic],
+    }
 
 
 def _tensor_meta(value: Any) -> Any:
@@ -207,7 +229,8 @@ def cache_key(pipeline: Pipeline, program: Program, *, plugins: Iterable[str] = 
 def plan_digest(pipeline: Pipeline, plugins: Iterable[str] = ()) -> str:
     """The program-independent part of ``cache_key``: the resolved steps (their fingerprints and
     options), their cache contexts, the registered plugins and the versions of torch, Python and
-    passkit and passkit's sources. A mounted file's Inductor slots key on it (their ``uuid``)."""
+    passkit and passkit's sources, and torch's numerics settings. A mounted file's Inductor slots key
+    on it (their ``uuid``)."""
     return hashlib.sha256(json.dumps(_plan_parts(pipeline, plugins), sort_keys=True).encode()).hexdigest()
 
 
@@ -220,6 +243,7 @@ def _plan_parts(pipeline: Pipeline, plugins: Iterable[str]) -> dict[str, Any]:
         "plugins": sorted(plugins),
         "versions": _versions(),
         "passkit_sources": passkit_source_digest(),
+        "numerics": numerics_settings(),
     }
 
 

@@ -316,6 +316,9 @@ def main() -> None:
         print(json.dumps(dynamic_and_report()), flush=True)
         return
     if "--programs" in sys.argv:
+        # Bit for bit needs one order of additions: without this, Inductor's embedding backward
+        # adds from several threads (docs/exactness.md, "Run to run").
+        torch.use_deterministic_algorithms(True)
         at = sys.argv.index("--programs")
         torch.save(run_programs(sys.argv[at + 2:]), sys.argv[at + 1])
         return

@@ -257,6 +257,28 @@ def test_the_key_follows_inductor_config_and_codegen_inductor_options() -> None:
     assert context(step.options.model_copy(update={"size_asserts": False})) != context(step.options)
 
 
+@pytest.mark.parametrize("switch", ["deterministic", "matmul_precision"])
+def test_a_program_compiled_before_a_numerics_switch_is_not_loaded_after_it(switch: str) -> None:
+    """Inductor emits atomic adds for an embedding's backward unless deterministic algorithms are
+    on; an entry holds that code, so the switch is part of the key, as in Inductor's own cache."""
+    turn_on, turn_off = {
+        "deterministic": (lambda: torch.use_deterministic_algorithms(True),
+                          lambda: torch.use_deterministic_algorithms(False)),
+        "matmul_precision": (lambda: torch.set_float32_matmul_precision("medium"),
+                             lambda: torch.set_float32_matmul_precision("highest")),
+    }[switch]
+    before, out, grad = _compile_and_run()
+    turn_on()
+    try:
+        after, out2, grad2 = _compile_and_run()
+        again, _, _ = _compile_and_run()
+    finally:
+        turn_off()
+    back, _, _ = _compile_and_run()
+    assert [c.passkit_reports[0].cache for c in (before, after, again, back)] == ["", "", "hit", "hit"]
+    torch.testing.assert_close((out2, grad2), (out, grad), rtol=0, atol=0)
+
+
 def test_an_in_process_hit_matches_exactly_and_is_marked_in_the_report() -> None:
     first, out, grad = _compile_and_run()
     second, out2, grad2 = _compile_and_run()

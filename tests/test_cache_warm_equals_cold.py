@@ -6,6 +6,8 @@ runs ``cache_child.py --programs`` (dropout, BatchNorm in training, an in-place 
 an aliased output, the zoo's GPT-2 and a module whose batch size changes 2 -> 3 -> 4, so that
 its second graph has a symbolic batch; each eagerly and compiled from the same seeds). The first
 compiles, the second loads: same random draws, same mutations written back, same gradients.
+Both run with ``torch.use_deterministic_algorithms(True)``: without it Inductor's embedding
+backward (GPT-2's ``wte``) adds from several threads in whatever order they run.
 """
 
 from __future__ import annotations

@@ -225,6 +225,26 @@ def _backward_source(compiled: nn.Module) -> str:
     return source
 
 
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_deterministic_algorithms_make_an_embeddings_backward_add_in_one_order(deterministic: bool) -> None:
+    """As under torch.compile: Inductor's scatter-add adds from several threads with atomic adds
+    (the last bits of the gradient vary run to run) unless deterministic algorithms are on."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager = nn.Embedding(64, 16)
+    twin = copy.deepcopy(eager)
+    ids = torch.randint(0, 64, (64, 512))
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        compiled = passkit.compile(twin, pipeline="training")
+        _step(eager, ids)
+        _step(compiled, ids)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    _assert_same_grads(twin, eager)
+    assert ("atomic_add" in _backward_source(compiled)) is not deterministic
+
+
 def _step(model: nn.Module, x: torch.Tensor, *, retain: bool = False) -> torch.Tensor:
     out = model(x)
     loss = out[0] if isinstance(out, tuple) else out
