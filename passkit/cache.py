@@ -16,11 +16,13 @@ instead of running the steps. The key (``cache_key``) covers everything that dec
 - what a step's ``cache_context`` names outside the program and options (``codegen.inductor``:
   a digest of Inductor's global config with the step's settings applied);
 - the torch, Python and passkit versions, and the device;
-- torch's global numerics settings (``numerics_settings``): deterministic algorithms, the float32
-  matmul precision and the CUDA/cuDNN reduced-precision switches. Inductor's own cache keys on
-  them too, and passkit's entries hold compiled code, so a program compiled before
-  ``torch.use_deterministic_algorithms(True)`` is never loaded after it (its scatter-adds would
-  still be ordered by thread timing);
+- torch's process-wide settings that tracing or code generation reads (``global_settings``):
+  autocast entered outside the compiled code, the default dtype, grad mode, deterministic
+  algorithms, the float32 matmul precision and the CUDA/cuDNN reduced-precision switches.
+  Dynamo guards on these and Inductor's and AOT Autograd's caches key on them; an entry holds
+  traced and compiled code, so a program compiled outside ``torch.autocast`` is never loaded
+  inside it (its output would stay float32), nor one compiled before
+  ``torch.use_deterministic_algorithms(True)`` after it;
 - a digest of passkit's own files (``passkit_source_digest``: every ``passkit/**/*.py`` and
   shipped pipeline file, read once per process), so an upgrade or a local edit of the runtime,
   capture or a built-in pass never loads an entry that other passkit code compiled.
@@ -103,7 +105,7 @@ __all__ = [
     "cache_dir",
     "cache_key",
     "plan_digest",
-    "numerics_settings",
+    "global_settings",
     "cache_enabled",
     "CompileCache",
     "CacheInfo",
@@ -148,12 +150,15 @@ def _versions() -> dict[str, str]:
     return {**found, "python": platform.python_version()}
 
 
-def numerics_settings() -> dict[str, Any]:
-    """torch's process-wide switches that change what compiled code computes."""
+def global_settings() -> dict[str, Any]:
+    """torch's process-wide switches that change what a compile traces or generates."""
     import torch.utils.deterministic
 
     cuda_matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
     return {
+        "autocast": _torch.autocast_state(),
+        "default_dtype": str(torch.get_default_dtype()),
+        "grad_enabled": torch.is_grad_enabled(),
         "deterministic": [torch.are_deterministic_algorithms_enabled(),
                           torch.is_deterministic_algorithms_warn_only_enabled(),
                           torch.utils.deterministic.fill_uninitialized_memory],
@@ -222,6 +227,7 @@ def cache_key(pipeline: Pipeline, program: Program, *, plugins: Iterable[str] = 
         "training": program.training,
         "facts": sorted(program.facts),
         "device": _device(program),
+        "globals": global_settings(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
@@ -229,8 +235,7 @@ def cache_key(pipeline: Pipeline, program: Program, *, plugins: Iterable[str] = 
 def plan_digest(pipeline: Pipeline, plugins: Iterable[str] = ()) -> str:
     """The program-independent part of ``cache_key``: the resolved steps (their fingerprints and
     options), their cache contexts, the registered plugins and the versions of torch, Python and
-    passkit and passkit's sources, and torch's numerics settings. A mounted file's Inductor slots key
-    on it (their ``uuid``)."""
+    passkit and passkit's sources. A mounted file's Inductor slots key on it (their ``uuid``)."""
     return hashlib.sha256(json.dumps(_plan_parts(pipeline, plugins), sort_keys=True).encode()).hexdigest()
 
 
@@ -243,7 +248,6 @@ def _plan_parts(pipeline: Pipeline, plugins: Iterable[str]) -> dict[str, Any]:
         "plugins": sorted(plugins),
         "versions": _versions(),
         "passkit_sources": passkit_source_digest(),
-        "numerics": numerics_settings(),
     }
 
 

@@ -3,6 +3,7 @@ entries, what the key covers, and ``passkit cache``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -254,19 +255,28 @@ def test_the_key_follows_inductor_config_and_codegen_inductor_options() -> None:
     assert cache_key(pipeline, program) == key
     with inductor_config.patch({"cpp.simdlen": 8}):  # a user's global Inductor setting
         assert cache_key(pipeline, program) != key
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads + 1)  # C++ kernels split their loops for the thread count
+    try:
+        assert cache_key(pipeline, program) != key
+    finally:
+        torch.set_num_threads(threads)
+    assert cache_key(pipeline, program) == key
     assert context(step.options.model_copy(update={"size_asserts": False})) != context(step.options)
 
 
-@pytest.mark.parametrize("switch", ["deterministic", "matmul_precision"])
-def test_a_program_compiled_before_a_numerics_switch_is_not_loaded_after_it(switch: str) -> None:
+SWITCHES = {
+    "deterministic": (lambda: torch.use_deterministic_algorithms(True), lambda: torch.use_deterministic_algorithms(False)),
+    "matmul_precision": (lambda: torch.set_float32_matmul_precision("medium"),
+                         lambda: torch.set_float32_matmul_precision("highest")),
+}
+
+
+@pytest.mark.parametrize("switch", sorted(SWITCHES))
+def test_a_program_compiled_before_a_global_switch_is_not_loaded_after_it(switch: str) -> None:
     """Inductor emits atomic adds for an embedding's backward unless deterministic algorithms are
     on; an entry holds that code, so the switch is part of the key, as in Inductor's own cache."""
-    turn_on, turn_off = {
-        "deterministic": (lambda: torch.use_deterministic_algorithms(True),
-                          lambda: torch.use_deterministic_algorithms(False)),
-        "matmul_precision": (lambda: torch.set_float32_matmul_precision("medium"),
-                             lambda: torch.set_float32_matmul_precision("highest")),
-    }[switch]
+    turn_on, turn_off = SWITCHES[switch]
     before, out, grad = _compile_and_run()
     turn_on()
     try:
@@ -277,6 +287,41 @@ def test_a_program_compiled_before_a_numerics_switch_is_not_loaded_after_it(swit
     back, _, _ = _compile_and_run()
     assert [c.passkit_reports[0].cache for c in (before, after, again, back)] == ["", "", "hit", "hit"]
     torch.testing.assert_close((out2, grad2), (out, grad), rtol=0, atol=0)
+
+
+def _mm_relu_and_ones(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return (x @ w).relu(), torch.ones(w.shape[-1]) * w.sum()
+
+
+@contextlib.contextmanager
+def _default_float64():
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("ambient", "dtypes"), [
+    (lambda: torch.autocast("cpu", dtype=torch.bfloat16), (torch.bfloat16, torch.float32)),
+    (_default_float64, (torch.float32, torch.float64)),
+], ids=["autocast", "default_dtype"])
+def test_a_program_compiled_outside_an_ambient_setting_is_not_loaded_inside_it(ambient, dtypes) -> None:
+    """Autocast entered outside the compiled code, and the default dtype of a factory, are traced
+    into the graph, and Dynamo's graph does not show them: loading the entry compiled without
+    autocast gave float32 where eager gives bfloat16."""
+    x = torch.randn(8, 8, dtype=torch.float32)
+    w = torch.randn(8, 8, dtype=torch.float32, requires_grad=True)
+    plain = passkit.compile(_mm_relu_and_ones, pipeline="training")
+    assert [o.dtype for o in plain(x, w)] == [torch.float32, torch.float32]
+    torch._dynamo.reset()
+    inside = passkit.compile(_mm_relu_and_ones, pipeline="training")
+    with ambient():
+        out, expected = inside(x, w), _mm_relu_and_ones(x, w)
+    assert [o.dtype for o in out] == [o.dtype for o in expected] == list(dtypes)
+    torch.testing.assert_close(out, expected)
+    assert [r.cache for r in (*plain.passkit_reports, *inside.passkit_reports)] == ["", ""]
 
 
 def test_an_in_process_hit_matches_exactly_and_is_marked_in_the_report() -> None:

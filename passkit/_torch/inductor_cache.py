@@ -242,8 +242,8 @@ def _portable(value: Any) -> Any:
 
 def inductor_config_digest(config_patches: dict[str, Any]) -> str:
     """sha256 of Inductor's whole config (as FX graph cache keys see it) with ``config_patches``
-    applied, and the CPU's vector capability: what else, besides the graph, decides what
-    Inductor generates."""
+    applied, the CPU's vector capability and the thread count C++ kernels are split for: what
+    else, besides the graph, decides what Inductor generates."""
     import hashlib
     import json
 
@@ -253,7 +253,10 @@ def inductor_config_digest(config_patches: dict[str, Any]) -> str:
 
     with inductor_config.patch(config_patches):
         portable = _portable(inductor_config.save_config_portable())
-    portable = {"config": portable, "cpu_capability": cpu_capability()}  # C++ kernels are written for it
+        # C++ kernels split their loops for the thread count they were generated under, unless
+        # told a count or to read it at run time (Inductor's own cache keys on it the same way).
+        threads = torch.get_num_threads() if inductor_config.cpp.threads < 1 and not inductor_config.cpp.dynamic_threads else None
+    portable = {"config": portable, "cpu_capability": cpu_capability(), "cpu_threads": threads}
     return hashlib.sha256(json.dumps(portable, sort_keys=True, default=repr).encode()).hexdigest()
 
 

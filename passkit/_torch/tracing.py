@@ -27,6 +27,7 @@ from passkit._torch.regions import region_schemas_remembered
 from passkit._torch.hops import called_subgraphs, fresh_subgraph_caches, subgraphs_traced_in
 
 __all__ = [
+    "autocast_state",
     "BERNOULLI_IN_LAYOUT",
     "FakeTensor",
     "FakeTensorMode",
@@ -70,6 +71,13 @@ def new_fake_mode(*, shape_env: bool = False) -> FakeTensorMode:
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     return FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
+
+
+def autocast_state() -> dict[str, str]:
+    """Each device where autocast is on, with the dtype it casts to: tracing bakes its casts into
+    the graph, which Dynamo's graph does not show when autocast was entered outside it."""
+    devices = getattr(torch._C, "_autocast_supported_devices", lambda: ["cpu", "cuda"])()
+    return {device: str(torch.get_autocast_dtype(device)) for device in devices if torch.is_autocast_enabled(device)}
 
 
 def fakify(mode: FakeTensorMode, value: Any) -> Any:
