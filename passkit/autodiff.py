@@ -64,12 +64,21 @@ def _differentiable_form(target: Any) -> Any:
 class _LeafInterpreter(torch.fx.Interpreter):
     """Run main under autograd, turning chosen nodes' values into fresh autograd leaves."""
 
-    def __init__(self, gm: GraphModule, leaf_nodes: dict[Node, int]) -> None:
+    def __init__(self, gm: GraphModule, leaf_nodes: dict[Node, int],
+                 region_grads: dict[str, list[bool]] | None = None) -> None:
         super().__init__(gm)
         self.leaf_nodes = leaf_nodes
         self.leaves: list[tuple[int, torch.Tensor]] = []
+        # Without ``region_grads`` the run notes which operands of each region body need grad;
+        # with it, every call of a body differentiates those operands (``_torch.regions``).
+        self.noting = region_grads is None
+        self.region_grads: dict[str, list[bool]] = {} if region_grads is None else region_grads
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        if self.noting:
+            _torch.region_operands_needing_grad(target, args, self.region_grads)
+        else:
+            args = _torch.region_operands_differentiated(target, args, self.region_grads)
         # An outlined region's body keeps its values' layouts as this graph does (below).
         args = _torch.bodies_keeping_layout(target, args)
         return super().call_function(_differentiable_form(target), args, kwargs)
@@ -103,7 +112,9 @@ class JointPlan:
             if d.kind == "mutation" and inputs[d.index].requires_grad and inputs[d.index].mutated_under_no_grad
         }
         with program.fake_mode, torch.enable_grad(), _torch.subgraph_grads_by_running(self.main), _torch.region_schemas_remembered():
-            outs = _LeafInterpreter(self.main, self.leaf_nodes).run(*program.example_inputs)
+            noting = _LeafInterpreter(self.main, self.leaf_nodes)
+            outs = noting.run(*program.example_inputs)
+        self.region_grads = noting.region_grads
         # A user output the traced function left without grad (a gradient computed inside it
         # with ``torch.autograd.grad``) stays without, although the graph computes it from inputs.
         user_requires_grad = {
@@ -127,7 +138,7 @@ def make_joint_fn(plan: JointPlan) -> Any:
 
     def joint_fn(*flat: Any) -> tuple[Any, ...]:
         primals, tangents = flat[:n_primals], flat[n_primals:]
-        interpreter = _LeafInterpreter(plan.main, plan.leaf_nodes)
+        interpreter = _LeafInterpreter(plan.main, plan.leaf_nodes, plan.region_grads)
         traceable = _torch.loop_backwards_traceable(plan.main, primals)
         with _torch.subgraph_grads_by_running(plan.main), traceable:
             with torch.enable_grad():

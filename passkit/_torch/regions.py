@@ -16,6 +16,14 @@ past and one tensor returns that tensor's transposed strides), while the body's 
 rely on the recorded layout. ``_torch.bodies_keeping_layout`` (with the layout helpers in
 ``tracing``) hands torch each body as a function that keeps every value's recorded strides, as
 ``joint`` already does for the graph around it.
+
+One body may serve calls whose operands differ in ``requires_grad`` only (the first layer of a
+stack reads the model's input, the others read activations). torch caches a body's backward by
+its identifier and the tangents' metadata, not by which operands needed grad, so whichever call
+was differentiated first would decide for all: a later call could get no gradient for an operand
+that needs one. ``region_operands_needing_grad`` notes, per body, the operands any call
+differentiates, and ``region_operands_differentiated`` makes each call differentiate those: the
+first layer computes a gradient for its input that nothing reads.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ import torch
 from torch.fx import GraphModule
 from torch.utils import _pytree as pytree
 
-__all__ = ["partition_region_bodies", "region_schemas_remembered"]
+__all__ = ["partition_region_bodies", "region_schemas_remembered", "region_operands_needing_grad", "region_operands_differentiated"]
 
 _SCHEMAS: "weakref.WeakKeyDictionary[Any, dict[Any, Any]]" = weakref.WeakKeyDictionary()
 
@@ -110,3 +118,27 @@ def partition_region_bodies(joint: GraphModule) -> int:
     run_joint_graph_passes_on_hops(joint, None, None, default_partition_fn=partition)
     joint.recompile()
     return len(backward_ids)
+
+
+def region_operands_needing_grad(target: Any, args: tuple[Any, ...], needed: dict[str, list[bool]]) -> None:
+    """Note in ``needed`` which operands of this ``invoke_subgraph`` call require grad (OR-ed
+    with the body's other calls, by identifier)."""
+    if target is not getattr(torch.ops.higher_order, "invoke_subgraph", None) or not isinstance(args[1], str):
+        return
+    flags = [isinstance(value, torch.Tensor) and value.requires_grad for value in args[2:]]
+    known = needed.setdefault(args[1], flags)
+    needed[args[1]] = [a or b for a, b in zip(known, flags)]
+
+
+def region_operands_differentiated(target: Any, args: tuple[Any, ...], needed: dict[str, list[bool]]) -> tuple[Any, ...]:
+    """``args`` of an ``invoke_subgraph`` call with each operand another call of the same body
+    differentiates made an autograd leaf of its own (see the module)."""
+    if target is not getattr(torch.ops.higher_order, "invoke_subgraph", None) or args[1] not in needed:
+        return args
+    operands = [
+        value.detach().requires_grad_(True)
+        if wanted and isinstance(value, torch.Tensor) and not value.requires_grad
+        and (value.is_floating_point() or value.is_complex()) else value
+        for value, wanted in zip(args[2:], needed[args[1]])
+    ]
+    return (*args[:2], *operands)

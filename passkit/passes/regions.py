@@ -6,7 +6,8 @@ A deep model is mostly the same layer many times (the blocks of an ``nn.ModuleLi
 stage (functionalize, joint, partition, Inductor's lowering) handles every copy. The pass groups
 the captured graph's nodes by the outermost indexed module on their ``nn_module_stack``
 (``blocks.3``), confirms that two layers compute the same thing with a structural key (op targets,
-constants, wiring, and each value's shape, stride, dtype and ``requires_grad``), and replaces each
+constants, wiring, and each value's shape, stride, dtype and ``requires_grad``; operands may
+differ in ``requires_grad``), and replaces each
 layer by ``invoke_subgraph(body, identifier, *operands)`` on one body shared by all its repeats.
 torch traces and differentiates a body once per identifier, and Inductor lowers one body once,
 so compile time grows with the number of distinct layers, not with depth.
@@ -121,7 +122,7 @@ def _describe(layer: Layer) -> bool:
     for value in (*layer.operands, *layer.results):
         if not isinstance(value.meta.get("example_value", value.meta.get("val")), torch.Tensor):
             return False
-    parts.append(("operands", tuple(_value_key(node) for node in layer.operands)))
+    parts.append(("operands", tuple(_operand_key(node) for node in layer.operands)))
     parts.append(("results", tuple(local[node] for node in layer.results)))
     layer.key = hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
     return True
@@ -173,6 +174,18 @@ def _value_key(node: Node) -> Any:
     return _value_key_of(value)
 
 
+def _operand_key(node: Node) -> Any:
+    """An operand's key without ``requires_grad``: the first layer of a stack reads the model's
+    input, which needs no grad, and still shares the body (``joint`` differentiates that operand
+    in every call of the body, ``_torch.region_operands_differentiated``)."""
+    key = _value_key(node)
+    return key[:4] + key[5:] if isinstance(key, tuple) and key and key[0] == "t" else key
+
+
+def _operands_needing_grad(layer: Layer) -> int:
+    return sum(bool(_value_key(operand)[4]) for operand in layer.operands)
+
+
 def _value_key_of(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return ("t", tuple(value.shape), tuple(value.stride()), str(value.dtype), value.requires_grad)
@@ -199,7 +212,8 @@ def outline(gm: GraphModule, layers: list[Layer], name: str, identifier: str, re
     ``replaced`` maps results of layers outlined before to the values that now stand for them;
     this call adds its own.
     """
-    setattr(gm, name, _body(gm, layers[0]))
+    # The body's placeholders record the operands of the layer that differentiates the most.
+    setattr(gm, name, _body(gm, max(layers, key=_operands_needing_grad)))
     hop = torch.ops.higher_order.invoke_subgraph
     for layer in layers:
         members = set(layer.nodes)
