@@ -120,7 +120,7 @@ def _describe(layer: Layer) -> bool:
     if not layer.results:
         return False
     for value in (*layer.operands, *layer.results):
-        if not isinstance(value.meta.get("example_value", value.meta.get("val")), torch.Tensor):
+        if not isinstance(_example(value), torch.Tensor):
             return False
     parts.append(("operands", tuple(_operand_key(node) for node in layer.operands)))
     parts.append(("results", tuple(local[node] for node in layer.results)))
@@ -165,10 +165,15 @@ def _target_name(target: Any) -> str:
     return f"{module}.{name}" if module else str(name)
 
 
-def _value_key(node: Node) -> Any:
-    value = node.meta.get("example_value", node.meta.get("val"))
+def _example(node: Node) -> Any:
+    return node.meta.get("example_value", node.meta.get("val"))
+
+
+def _value_key(node: Node, *, with_grad: bool = True) -> Any:
+    value = _example(node)
     if isinstance(value, torch.Tensor):
-        return ("t", tuple(value.shape), tuple(value.stride()), str(value.dtype), value.requires_grad, str(value.device))
+        grad = value.requires_grad if with_grad else None
+        return ("t", tuple(value.shape), tuple(value.stride()), str(value.dtype), grad, str(value.device))
     if isinstance(value, (list, tuple)):
         return tuple(_value_key_of(v) for v in value)
     return _value_key_of(value)
@@ -178,12 +183,11 @@ def _operand_key(node: Node) -> Any:
     """An operand's key without ``requires_grad``: the first layer of a stack reads the model's
     input, which needs no grad, and still shares the body (``joint`` differentiates that operand
     in every call of the body, ``_torch.region_operands_differentiated``)."""
-    key = _value_key(node)
-    return key[:4] + key[5:] if isinstance(key, tuple) and key and key[0] == "t" else key
+    return _value_key(node, with_grad=False)
 
 
 def _operands_needing_grad(layer: Layer) -> int:
-    return sum(bool(_value_key(operand)[4]) for operand in layer.operands)
+    return sum(bool(getattr(_example(operand), "requires_grad", False)) for operand in layer.operands)
 
 
 def _value_key_of(value: Any) -> Any:
@@ -225,7 +229,7 @@ def outline(gm: GraphModule, layers: list[Layer], name: str, identifier: str, re
             call = gm.graph.call_function(hop, (body, identifier, *operands))
             call.meta["nn_module_stack"] = _outer_stack(layer.nodes[0], layer.path)
             call.meta["stack_trace"] = layer.nodes[0].meta.get("stack_trace")
-            call.meta["example_value"] = tuple(node.meta.get("example_value", node.meta.get("val")) for node in layer.results)
+            call.meta["example_value"] = tuple(_example(node) for node in layer.results)
             values = []
             for index, result in enumerate(layer.results):
                 value = gm.graph.call_function(operator.getitem, (call, index))
