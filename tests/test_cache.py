@@ -320,7 +320,8 @@ def test_a_program_compiled_outside_an_ambient_setting_is_not_loaded_inside_it(a
     with ambient():
         out, expected = inside(x, w), _mm_relu_and_ones(x, w)
     assert [o.dtype for o in out] == [o.dtype for o in expected] == list(dtypes)
-    torch.testing.assert_close(out, expected)
+    # ``w.sum()`` is a float32 sum in both; Inductor adds in another order than ATen.
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
     assert [r.cache for r in (*plain.passkit_reports, *inside.passkit_reports)] == ["", ""]
 
 
