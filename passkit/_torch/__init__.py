@@ -17,6 +17,7 @@ owns one side of torch:
 - ``kernel_bundles``: a graph's C++ kernels built as a few libraries, not one each;
 - ``logs``: structured trace artifacts and Dynamo's compile ids;
 - ``region_values``: each outlined region call's own results, and operands it passes on read directly;
+- ``region_calls``: a graph that calls regions compiled as Python calling each distinct body once;
 - ``values``: which values compiled kernels cannot read, and whether a trace records the call.
 
 Supported torch: 2.11 to 2.13.
@@ -44,6 +45,8 @@ from passkit._torch.logs import *  # noqa: F403
 from passkit._torch.logs import __all__ as _logs
 from passkit._torch.ops import *  # noqa: F403
 from passkit._torch.ops import __all__ as _ops
+from passkit._torch.region_calls import *  # noqa: F403
+from passkit._torch.region_calls import __all__ as _region_calls
 from passkit._torch.region_values import *  # noqa: F403
 from passkit._torch.region_values import __all__ as _region_values
 from passkit._torch.regions import *  # noqa: F403
@@ -58,5 +61,5 @@ from passkit._torch.values import __all__ as _values
 
 __all__ = [
     *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots, *_kernel_bundles, *_logs,
-    *_ops, *_region_values, *_regions, *_shape_guards, *_tracing, *_values,
+    *_ops, *_region_calls, *_region_values, *_regions, *_shape_guards, *_tracing, *_values,
 ]

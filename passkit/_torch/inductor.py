@@ -17,7 +17,8 @@ from torch.fx import GraphModule
 from passkit._torch.inductor_cache import fakes_with_shape_env, static_input_specs
 from passkit._torch.inductor_warm import GraphKey, cpu_probes_settled, graph_key_given, start_cpu_probes
 from passkit._torch.kernel_bundles import KernelBundler
-from passkit._torch.hops import graph_and_subgraphs
+from passkit._torch.hops import calls_higher_order, graph_and_subgraphs
+from passkit._torch.region_calls import RegionCalls, compile_region_calls
 from passkit._torch.tracing import BERNOULLI_IN_LAYOUT, fake_mode_of, new_fake_mode
 
 __all__ = [
@@ -120,7 +121,8 @@ def inductor_compile(
     graph_id: int,
     pair_state: InductorPairState,
     donated: Sequence[int] = (),
-    graph_key: GraphKey | None = None,
+    graph_key: GraphKey | list[GraphKey | None] | None = None,
+    regions_from_python: bool = False,
 ) -> tuple[Callable[[list[Any]], Any], list[tuple[int, ...] | None] | None]:
     """Compile one functional ATen graph with Inductor's inner compiler (``compile_fx_inner``).
 
@@ -131,11 +133,26 @@ def inductor_compile(
     ``mark_donated_inputs``); Inductor reads them from the tracing context, as torch's AOT
     hands them over. ``graph_key`` is the FX graph cache key an earlier compile of the same
     graph and inputs got (``graph_key_of``): Inductor looks it up without hashing again.
+    ``regions_from_python`` compiles a graph that calls outlined regions as Python calling each
+    distinct body compiled once (``compile_region_calls``), where it can be cut; its
+    ``graph_key`` is then the list of its pieces' keys, in the order they compile.
     """
     from torch._guards import TracingContext, tracing
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx_inner
 
+    if regions_from_python:
+        program = _compile_region_calls(gm, example_inputs, is_backward=is_backward, is_inference=is_inference,
+                                        config_patches=config_patches, graph_id=graph_id, pair_state=pair_state,
+                                        piece_keys=graph_key if isinstance(graph_key, list) else [], donated=donated)
+        if program is not None:
+            return program, program.output_strides
+    if isinstance(graph_key, list):  # filed for the pieces of a graph that is now lowered whole
+        graph_key = None
+    if donated and calls_higher_order(gm, "invoke_subgraph"):
+        # Inductor hands a graph's donated positions to every body it lowers in it, so a body
+        # overwrote whichever of its own inputs sat at one (a gradient the graph still read).
+        donated = []
     cpu_probes_settled()
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     output.meta["user_visible_output_idxs"] = list(user_visible_output_idxs)
@@ -162,6 +179,39 @@ def inductor_compile(
                 boxed_forward_device_index=pair_state.device_index,
             )
     return compiled, (list(strides) if strides is not None else None)
+
+
+def _compile_region_calls(gm: GraphModule, example_inputs: Sequence[Any], *, is_backward: bool, is_inference: bool,
+                          config_patches: dict[str, Any], graph_id: int, pair_state: InductorPairState,
+                          piece_keys: list[GraphKey | None], donated: Sequence[int]) -> RegionCalls | None:
+    from passkit._torch.inductor_warm import graph_key_of
+    from torch._inductor import config as inductor_config
+
+    with inductor_config.patch(config_patches):
+        if inductor_config.triton.cudagraphs:  # one recorded graph needs the whole graph in Inductor
+            return None
+
+    filed: list[GraphKey | None] = []
+    # Buffer reuse is off for a graph Inductor lowers with region results that share an operand's
+    # memory (``region_results_alias_operands``); between Python calls no buffer outlives its piece.
+    config_patches = {k: v for k, v in config_patches.items() if k != "allow_buffer_reuse"}
+
+    def compile_piece(piece: GraphModule, examples: list[Any], writable: tuple[int, ...]) -> Any:
+        outputs = next(n for n in reversed(piece.graph.nodes) if n.op == "output").args[0]
+        mark_donated_inputs(piece, writable)
+        compiled, _ = inductor_compile(
+            piece, examples, is_backward=is_backward, is_inference=is_inference, static_input_idxs=[],
+            user_visible_output_idxs=range(len(outputs)), config_patches=config_patches, graph_id=graph_id,
+            pair_state=pair_state, graph_key=piece_keys[len(filed)] if len(filed) < len(piece_keys) else None,
+            donated=writable,
+        )
+        filed.append(graph_key_of(compiled))
+        return compiled
+
+    program = compile_region_calls(gm, example_inputs, compile_piece, inductor_callable, inductor_source, donated)
+    if program is not None:
+        program.piece_keys = filed
+    return program
 
 
 @contextlib.contextmanager

@@ -39,8 +39,12 @@ _install_lock = threading.Lock()
 _PREPARE_KEY_PARAMETERS = ["gm", "example_inputs", "fx_kwargs", "inputs_to_check", "remote"]
 
 
-def graph_key_of(compiled: Any) -> GraphKey | None:
-    """The FX graph cache key Inductor filed ``compiled`` under (None when it bypassed the cache)."""
+def graph_key_of(compiled: Any) -> GraphKey | list[GraphKey | None] | None:
+    """The FX graph cache key Inductor filed ``compiled`` under (None when it bypassed the cache);
+    for a graph compiled as calls to its pieces, each piece's."""
+    pieces = getattr(compiled, "piece_keys", None)
+    if isinstance(pieces, list):
+        return pieces
     key = getattr(compiled, "_fx_graph_cache_key", None)
     lines = getattr(compiled, "_fx_graph_cache_debug_lines", None)
     if not isinstance(key, str):

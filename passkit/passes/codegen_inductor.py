@@ -45,6 +45,7 @@ from passkit.program import Program
 __all__ = ["codegen_inductor", "InductorOptions", "inductor_fallback_message"]
 
 Mode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+RegionCalls = Literal["python", "inductor"]
 _graph_ids = itertools.count()
 
 
@@ -65,12 +66,21 @@ class InductorOptions(pydantic.BaseModel):
     """Check each input's size and strides on every call (a few microseconds per graph)."""
     donate_saved: bool = True
     """Let the backward write into saved activations that nothing else reads (fewer allocations,
-    a lower peak); a backward with ``retain_graph=True`` gets copies of them. A backward that calls
-    outlined regions donates nothing (Inductor would let the bodies overwrite their inputs)."""
+    a lower peak); a backward with ``retain_graph=True`` gets copies of them. Where a backward
+    calls outlined regions, each call may write into the saved values it is the last to read
+    (``region_calls = "python"``); lowered whole, it donates nothing (Inductor would let the
+    bodies overwrite inputs the graph still reads)."""
     bundle_kernels: bool = True
     """Build each graph's C++ kernels as a few shared libraries, one per compile worker at most,
     instead of one library per kernel: the same code for a fraction of g++'s time (each library
     loads a 150 MB precompiled header and links against libtorch once)."""
+    region_calls: RegionCalls = "python"
+    """How a graph calls the bodies of its outlined regions (``regions``): ``python`` compiles each
+    distinct body, and each run of other ops between the calls, once on its own and calls them
+    from a small Python graph, so compile time does not grow with the number of calls;
+    ``inductor`` has Inductor lower the whole graph, which writes code for every call
+    (docs/regions.md). A graph that cannot be cut (an input it mutates, symbolic sizes,
+    cudagraphs) is lowered whole either way."""
 
     def config_patches(self) -> dict[str, Any]:
         patches = _torch.inductor_mode_options(self.mode) if self.mode != "default" else {}
@@ -328,9 +338,10 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
     if donated:
         _torch.mark_donated_inputs(graph, donated)
     config_patches = {**options.config_patches(), **_region_config(graph)}
+    regions_from_python = options.region_calls == "python"
     recipe = cache_form.snapshot(graph, examples, is_backward=is_backward, is_inference=is_inference, static=static,
                                  visible=visible, config_patches=config_patches, pair=pair, donated=donated,
-                                 bundle_kernels=options.bundle_kernels)
+                                 bundle_kernels=options.bundle_kernels, regions_from_python=regions_from_python)
     try:
         compiled, strides = _torch.inductor_compile(
             graph,
@@ -343,10 +354,17 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
             graph_id=graph_id,
             pair_state=pair_state,
             donated=donated,
+            regions_from_python=regions_from_python,
         )
     except Exception as exc:  # noqa: BLE001 - any Inductor failure becomes the one-line fallback error
         raise PassError(inductor_fallback_message(name, program.training, exc)) from exc
     recipe = cache_form.filed_under(recipe, _torch.graph_key_of(compiled))
+    if donated and (isinstance(compiled, _torch.RegionCalls) or not _torch.calls_higher_order(program.graphs[name], "invoke_subgraph")):
+        program.record_stat("donated_saved", len(donated))  # a graph Inductor lowered with its regions donates none
+    if isinstance(compiled, _torch.RegionCalls):
+        program.record_stat("graphs_calling_bodies", program.stats.get("graphs_calling_bodies", 0) + 1)
+        program.record_stat("bodies_compiled", program.stats.get("bodies_compiled", 0) + compiled.bodies)
+        program.record_stat("runs_compiled", program.stats.get("runs_compiled", 0) + compiled.compiled_runs)
     return _torch.inductor_callable(compiled), strides, recipe, _torch.inductor_source(compiled)
 
 
@@ -421,13 +439,9 @@ def _compile_forward_and_backward(program: Program, options: InductorOptions) ->
         value = bw_examples[k]
         if stride is not None and isinstance(value, torch.Tensor) and tuple(value.stride()) != tuple(stride):
             bw_examples[k] = _torch.restride_fake(value, stride)
-    # Inductor hands a backward's donated positions to every body it lowers in it as well, so a
-    # body overwrote whichever of its own inputs sat at a donated position (a gradient the graph
-    # around it still read): a backward that calls regions donates nothing.
-    calls_regions = _torch.calls_higher_order(program.graphs["backward"], "invoke_subgraph")
-    donated = _donated_backward_inputs(program) if options.donate_saved and not calls_regions else []
-    if donated:
-        program.record_stat("donated_saved", len(donated))
+    # A backward lowered whole by Inductor donates nothing to the regions it calls
+    # (``_torch.inductor_compile`` drops them); called from Python, each call gets those it reads last.
+    donated = _donated_backward_inputs(program) if options.donate_saved else []
     bw_compiled, _, bw_recipe, bw_source = _compile(
         program, "backward", bw_examples, options,
         is_backward=True, is_inference=False,

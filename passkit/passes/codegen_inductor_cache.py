@@ -46,7 +46,7 @@ from passkit import _torch
 
 __all__ = ["InductorRecipe", "snapshot", "cacheable", "load", "LOADER"]
 
-FORMAT = 4  # 4: region bodies stored with the graph (``codes`` holds theirs too)
+FORMAT = 5  # 5: ``regions_from_python``
 LOADER = "passkit.passes.codegen_inductor_cache:load"
 Wrapper = Literal["boxed", "no_grad", "strides_of"]
 
@@ -75,13 +75,15 @@ class InductorRecipe:
     donated: list[int] = dataclasses.field(default_factory=list)  # inputs a backward may overwrite
     bundle_kernels: bool = True  # its C++ kernels built as a few libraries (found again under the same names)
     symbolic: bool = False  # ``inputs`` are fake values with symbolic sizes (pickled with their shape environment)
-    graph_key: tuple[str, list[str]] | None = None  # Inductor's FX graph cache key for it (``_torch.graph_key_of``)
+    graph_key: Any = None  # Inductor's FX graph cache key for it, or its pieces' (``_torch.graph_key_of``)
+    regions_from_python: bool = False  # ``region_calls = "python"``: its region calls cut out (``_torch.compile_region_calls``)
     format: int = FORMAT
 
 
 def snapshot(graph: GraphModule, examples: Sequence[Any], *, is_backward: bool, is_inference: bool,
              static: Sequence[int], visible: Sequence[int], config_patches: dict[str, Any],
-             pair: str | None = None, donated: Sequence[int] = (), bundle_kernels: bool = True) -> InductorRecipe | None:
+             pair: str | None = None, donated: Sequence[int] = (), bundle_kernels: bool = True,
+             regions_from_python: bool = False) -> InductorRecipe | None:
     """The recipe for compiling ``graph`` (call before Inductor rewrites it), or None when it
     cannot be stored faithfully."""
     specs = _torch.static_input_specs(examples)
@@ -97,11 +99,11 @@ def snapshot(graph: GraphModule, examples: Sequence[Any], *, is_backward: bool, 
         graph=data, codes=_torch.graph_codes(graph), inputs=specs, is_backward=is_backward, is_inference=is_inference,
         static=list(static), visible=list(visible), config_patches=dict(config_patches),
         pair=pair or uuid.uuid4().hex, donated=list(donated), bundle_kernels=bundle_kernels,
-        symbolic=symbolic,
+        symbolic=symbolic, regions_from_python=regions_from_python,
     )
 
 
-def filed_under(recipe: InductorRecipe | None, graph_key: tuple[str, list[str]] | None) -> InductorRecipe | None:
+def filed_under(recipe: InductorRecipe | None, graph_key: Any) -> InductorRecipe | None:
     """``recipe`` with the FX graph cache key Inductor filed its compile under, which a reload
     hands back instead of hashing the graph again."""
     return recipe if recipe is None else dataclasses.replace(recipe, graph_key=graph_key)
@@ -167,7 +169,7 @@ def load(recipe: InductorRecipe) -> Callable[..., Any]:
             graph, examples, is_backward=recipe.is_backward, is_inference=recipe.is_inference,
             static_input_idxs=recipe.static, user_visible_output_idxs=recipe.visible,
             config_patches=recipe.config_patches, graph_id=graph_id, pair_state=pair_state,
-            donated=recipe.donated, graph_key=recipe.graph_key,
+            donated=recipe.donated, graph_key=recipe.graph_key, regions_from_python=recipe.regions_from_python,
         )
     fn = _torch.inductor_callable(compiled)
     if recipe.wrapper == "strides_of":
