@@ -129,9 +129,9 @@ def _run_module(gm: GraphModule, run: list[Node]) -> tuple[GraphModule, list[Nod
     return GraphModule(gm, graph), reads, results
 
 
-def _body_key(call: Node, example: Callable[[Node], Any]) -> tuple[Any, str]:
+def _body_key(identifier: Any, operands: Sequence[Any]) -> tuple[Any, str]:
     """What one compile of a body serves: its identifier and its operands' layouts."""
-    return call.args[1], repr(static_input_specs([example(a) for a in call.args[2:]]))
+    return identifier, repr(static_input_specs(operands))
 
 
 def _writable_operands(gm: GraphModule, donated: Sequence[int],
@@ -150,7 +150,7 @@ def _writable_operands(gm: GraphModule, donated: Sequence[int],
     for call in filter(_is_call, gm.graph.nodes):
         operands = list(call.args[2:])
         here = {k for k, a in enumerate(operands) if last.get(a) is call and operands.count(a) == 1}
-        key = _body_key(call, example)
+        key = _body_key(call.args[1], [example(a) for a in operands])
         writable[key] = writable[key] & here if key in writable else here
     return {key: tuple(sorted(positions)) for key, positions in writable.items()}
 
@@ -178,7 +178,7 @@ def _propagate_values(gm: GraphModule, example_inputs: Sequence[Any]) -> None:
             if target is not torch.ops.higher_order.invoke_subgraph:
                 with mode:
                     return super().call_function(target, args, kwargs)
-            key = (args[1], repr(static_input_specs(args[2:])))
+            key = _body_key(args[1], args[2:])
             if key not in results:
                 results[key] = FakeTensorProp(copy.deepcopy(args[0]), mode).propagate_dont_convert_inputs(*args[2:])
             return results[key]
@@ -256,7 +256,7 @@ def compile_region_calls(gm: GraphModule, example_inputs: Sequence[Any], compile
         elif _is_call(node):
             operands = list(node.args[2:])
             values = [example(a) for a in operands]
-            key = _body_key(node, example)
+            key = _body_key(node.args[1], values)
             if key not in bodies:
                 call = compiled_piece(_fresh_copy(getattr(gm, node.args[0].target)), values, f"body_{len(bodies)}",
                                       writable[key])
