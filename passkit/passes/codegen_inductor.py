@@ -45,7 +45,7 @@ from passkit.program import Program
 __all__ = ["codegen_inductor", "InductorOptions", "inductor_fallback_message"]
 
 Mode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
-RegionCalls = Literal["python", "inductor"]
+RegionCallMode = Literal["python", "inductor"]
 _graph_ids = itertools.count()
 
 
@@ -74,7 +74,7 @@ class InductorOptions(pydantic.BaseModel):
     """Build each graph's C++ kernels as a few shared libraries, one per compile worker at most,
     instead of one library per kernel: the same code for a fraction of g++'s time (each library
     loads a 150 MB precompiled header and links against libtorch once)."""
-    region_calls: RegionCalls = "python"
+    region_calls: RegionCallMode = "python"
     """How a graph calls the bodies of its outlined regions (``regions``): ``python`` compiles each
     distinct body, and each run of other ops between the calls, once on its own and calls them
     from a small Python graph, so compile time does not grow with the number of calls;
