@@ -15,7 +15,7 @@ import torch.fx
 from torch.fx import GraphModule
 
 from passkit._torch.inductor_cache import fakes_with_shape_env, static_input_specs
-from passkit._torch.inductor_warm import GraphKey, cpu_probes_settled, graph_key_given, start_cpu_probes
+from passkit._torch.inductor_warm import GraphKey, cpu_probes_settled, graph_key_given, graph_key_of, start_cpu_probes
 from passkit._torch.kernel_bundles import KernelBundler
 from passkit._torch.hops import calls_higher_order, graph_and_subgraphs
 from passkit._torch.region_calls import RegionCalls, compile_region_calls
@@ -184,7 +184,6 @@ def inductor_compile(
 def _compile_region_calls(gm: GraphModule, example_inputs: Sequence[Any], *, is_backward: bool, is_inference: bool,
                           config_patches: dict[str, Any], graph_id: int, pair_state: InductorPairState,
                           piece_keys: list[GraphKey | None], donated: Sequence[int]) -> RegionCalls | None:
-    from passkit._torch.inductor_warm import graph_key_of
     from torch._inductor import config as inductor_config
 
     with inductor_config.patch(config_patches):
