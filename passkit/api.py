@@ -15,7 +15,7 @@ gets a hit's stored ``Report`` there instead of its records. A frame Dynamo star
 passkit says so (``tracing``); each graph Dynamo hands over opens with a
 ``compiling``/``recompiling`` line (``passkit.recompiles``); and a step running over a
 second gets ``started`` and heartbeat lines (``passkit.progress``): they are logged too, or a
-callback with an ``event`` method receives them as ``ProgressEvent``\ s. Compiled programs go through the
+callback with an ``event`` method receives them as ``ProgressEvent`` events. Compiled programs go through the
 on-disk compile cache (``passkit.cache``) unless ``cache = "off"``.
 """
 

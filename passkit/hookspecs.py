@@ -79,7 +79,7 @@ class StepContext:
     registered facts, by name. ``hook`` is the plugin manager's hook relay, through which a
     pass asks ``should_apply`` before each rewrite it makes; ``applications`` counts the asks.
     ``progress`` is the run's progress callback (None: log), to which instruments send
-    ``passkit.progress.ProgressEvent``\ s through ``passkit.progress.send``.
+    ``passkit.progress.ProgressEvent`` events through ``passkit.progress.send``.
     """
 
     step: Step

@@ -56,3 +56,29 @@ def test_import_layers_are_kept() -> None:
     result = subprocess.run([lint, "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "Contracts: 3 kept, 0 broken." in result.stdout
+
+
+def _compile_warnings(paths: list[Path]) -> list[str]:
+    """What compiling each file warns about (an invalid escape such as ``\\ s`` in a docstring is a
+    SyntaxWarning on Python 3.12, printed at every import on the GPU machine's Python)."""
+    import warnings
+
+    found = []
+    for path in paths:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compile(path.read_text(encoding="utf-8"), str(path), "exec")
+        found += [f"{path.name}:{w.lineno} {w.message}" for w in caught]
+    return found
+
+
+def test_sources_compile_without_warnings() -> None:
+    sources = [*PACKAGE.rglob("*.py"), *(REPO / "plugins").rglob("*.py"), *(REPO / "benchmarks").glob("*.py"),
+               REPO / "tools" / "gpu-check"]
+    assert _compile_warnings(sources) == []
+
+
+def test_the_compile_warning_check_finds_an_invalid_escape(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text('"""``Event``\\ s"""\n')
+    assert [hit.split(" ", 1)[0] for hit in _compile_warnings([module])] == ["m.py:1"]

@@ -4,10 +4,12 @@ and exits 2, writing nothing; every Python file it runs imports here."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from importlib.machinery import SourceFileLoader
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -42,3 +44,36 @@ def test_every_file_it_runs_imports(path: str, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, loader.name, module)  # dataclasses look their module up
     loader.exec_module(module)
     assert callable(module.main)
+
+
+def _gpu_check_module(monkeypatch) -> Any:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "models"))
+    loader = SourceFileLoader("gpu_check_tool", str(GPU_CHECK))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    monkeypatch.setitem(sys.modules, loader.name, module)
+    loader.exec_module(module)
+    return module
+
+
+def test_a_conv_bn_step_matches_on_the_cpu(tmp_path) -> None:
+    # Its first conv's bias gradient is zero by algebra (batch norm follows): rounding noise in
+    # eager and in passkit alike, which a check against eager alone called a mismatch.
+    result = subprocess.run([sys.executable, str(GPU_CHECK), str(tmp_path), "--device", "cpu", "--parts", "correctness",
+                             "--models", "conv_bn"], capture_output=True, text=True, timeout=600)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (result.returncode, [(r["model"], r["dtype"], r["ok"]) for r in summary["parts"]["correctness"]["rows"]]) == (
+        0, [("conv_bn", "float32", True), ("conv_bn", "bfloat16", True)]), result.stdout[-2000:]
+
+
+def test_a_gradient_five_percent_off_is_a_mismatch(monkeypatch) -> None:
+    check = _gpu_check_module(monkeypatch)
+    torch.manual_seed(0)
+    truth = {"output": torch.randn(100, dtype=torch.float64), "grad:w": torch.randn(50, dtype=torch.float64)}
+    eager = {name: value.bfloat16() for name, value in truth.items()}
+    off = {**eager, "grad:w": (truth["grad:w"] * 1.05).bfloat16()}
+    assert check._differences(eager, eager, "bfloat16", truth) == []
+    (against_float64,) = check._differences(eager, off, "bfloat16", truth)
+    assert against_float64.startswith("grad:w: error against float64 ")
+    (against_eager,) = check._differences(eager, off, "bfloat16")
+    assert against_eager.startswith("grad:w: norm-wise error ")

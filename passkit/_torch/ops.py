@@ -16,6 +16,7 @@ from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
 from passkit._torch.hops import called_subgraphs
 
 __all__ = [
+    "attention_statistics_kept",
     "decomposition_may_decline",
     "AUTOGRAD_SEMANTIC_OPS",
     "concrete",
@@ -329,3 +330,37 @@ def decomposition_may_decline(fn: Callable[..., Any]) -> bool:
             return True
         pending.extend(c for c in current.co_consts if isinstance(c, type(code)))
     return False
+
+
+def attention_statistics_kept(gm: torch.fx.GraphModule) -> int:
+    """Make every fused attention call in ``gm`` (and the bodies it calls) return the log-sum-exp
+    its backward reads; returns how many calls changed.
+
+    ``scaled_dot_product_attention`` picks its CUDA kernel when it is traced, and asks the
+    efficient and cuDNN kernels (``compute_log_sumexp``) for the statistics only when an input
+    requires grad. A forward traced before the joint, on values that do not, asks for none, and
+    the backward of the joint then fails on the GPU ("LSE is not correctly aligned"), or Inductor
+    cannot call the forward. torch's AOT path traces the joint at once, so it always asks.
+    """
+    changed = 0
+    for module in gm.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        before = changed
+        for node in module.graph.nodes:
+            if node.op != "call_function" or not isinstance(node.target, OpOverload):
+                continue
+            names = [argument.name for argument in node.target._schema.arguments]
+            if "compute_log_sumexp" not in names:
+                continue
+            index = names.index("compute_log_sumexp")
+            if index < len(node.args):
+                if node.args[index] is False:
+                    node.args = (*node.args[:index], True, *node.args[index + 1:])
+                    changed += 1
+            elif node.kwargs.get("compute_log_sumexp") is False:
+                node.kwargs = {**node.kwargs, "compute_log_sumexp": True}
+                changed += 1
+        if changed > before:
+            module.recompile()
+    return changed

@@ -52,6 +52,7 @@ def joint(program: Program) -> bool:
     source = program.notes.get("subclasses")
     plan = JointPlan(program) if source is None else SubclassJoint(program, source)
     io = program.io("main")
+    attention_changed = _torch.attention_statistics_kept(program.graphs["main"])
     names = [f"primals_{i + 1}" for i in range(len(io.inputs))]
     names += [f"tangents_{k + 1}" for k in range(len(plan.diff_outputs))]
     args = [*program.example_inputs, *plan.tangent_examples]
@@ -91,6 +92,8 @@ def joint(program: Program) -> bool:
     program.record_stat("tangents", len(plan.diff_outputs))
     if bodies:
         program.record_stat("bodies_split", bodies)
+    if attention_changed:
+        program.record_stat("attention_statistics_kept", attention_changed)
     return True
 
 

@@ -3,6 +3,11 @@
 Masks built in the model (``torch.ones(s, s).tril()``) and scales written as tensors
 (``torch.full([], 8.0)``) are constants of the graph. Patterns evaluate them at rewrite time to
 prove a property (this mask is causal, this scale is 0.125) instead of assuming it.
+
+A value is computed on the device the graph records, so a folded scale is the one that device
+would compute. A graph traced for a device this machine lacks (fake CUDA tensors on a CPU-only
+machine: the GPU path's own tests) is evaluated on the CPU instead; callers compare values on the
+value's own device.
 """
 
 from __future__ import annotations
@@ -54,7 +59,17 @@ def constant_value(node: Any) -> Any:
     values: dict[Node, Any] = {}
     for current in ancestry:
         args, kwargs = _torch.pytree.tree_map(
-            lambda a: values[a] if isinstance(a, Node) else a, (current.args, current.kwargs)
+            lambda a: values[a] if isinstance(a, Node) else _runnable(a), (current.args, current.kwargs)
         )
         values[current] = current.target(*args, **kwargs)
     return values[node]
+
+
+def _runnable(argument: Any) -> Any:
+    """A device argument this machine has, as it is; one it lacks, the CPU."""
+    if isinstance(argument, torch.device) and argument.type != "cpu":
+        module = getattr(torch, argument.type, None)
+        available = getattr(module, "is_available", None)
+        if not (callable(available) and available()):
+            return torch.device("cpu")
+    return argument

@@ -126,7 +126,7 @@ def _mask_plan(match: Any) -> tuple[str, Any] | None:
     full = value.expand(*value.shape[:-2], rows, cols) if value.dim() >= 2 else None
     if full is None or bool(full.all(dim=-1).any()):
         return None
-    causal = torch.ones(rows, cols, dtype=torch.bool).triu(1)
+    causal = torch.ones(rows, cols, dtype=torch.bool, device=full.device).triu(1)
     if rows == cols and bool((full == causal).all()):
         return ("causal", None)
     return ("bool", mask)
