@@ -26,6 +26,7 @@ part of the whole first step that Python's garbage collector took, spread over t
 
 ``--paired WORKLOAD`` instead compiles ``training-regions`` and ``training`` in one process and
 times their steps head to head (``paired.py``: ``A B B A`` blocks, median of the ratios).
+``--layers-per-region N`` sets the ``regions`` step's ``layers_per_region`` in both modes.
 
 Run: ``python benchmarks/compile_depth.py [--workloads stack2,stack8,stack24,stack48,gpt2,llama]
 [--contenders eager,inductor,training-regions,training] [--rounds 1] [--steps 5] [--threads 2]
@@ -47,8 +48,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-def regions_overlay(base: str) -> str:
+def regions_overlay(base: str, layers_per_region: int = 1) -> str:
     """A pipeline file: ``base`` with the ``regions`` step added, named ``<base>-regions``."""
+    option = f"layers_per_region = {layers_per_region}\n" if layers_per_region > 1 else ""
     return f"""
 [pipeline]
 name = "{base}-regions"
@@ -57,7 +59,7 @@ extends = "{base}"
 [[steps]]
 pass = "regions"
 before = "functionalize"
-"""
+{option}"""
 
 
 CONTENDERS = ["eager", "inductor", "training-regions", "training"]
@@ -240,6 +242,8 @@ def main() -> int:
     parser.add_argument("--stages", action="store_true", help="also print where each passkit compile went")
     parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "CONTENDER"), help=argparse.SUPPRESS)
     parser.add_argument("--regions-file", help=argparse.SUPPRESS)
+    parser.add_argument("--layers-per-region", type=int, default=1,
+                        help="the regions step's layers_per_region for training-regions (default 1)")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     if args.child:
@@ -253,7 +257,7 @@ def main() -> int:
             return 2
     with tempfile.TemporaryDirectory() as scratch:
         regions_file = str(Path(scratch) / "training-regions.toml")
-        Path(regions_file).write_text(regions_overlay("training"))
+        Path(regions_file).write_text(regions_overlay("training", args.layers_per_region))
         if args.paired:
             paired(args.paired, args.pairs, args.threads, regions_file)
             return 0

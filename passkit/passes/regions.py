@@ -25,8 +25,9 @@ import hashlib
 import operator
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
+import pydantic
 import torch
 from torch.fx import Graph, GraphModule, Node
 
@@ -272,16 +273,48 @@ def _outer_stack(node: Node, path: str) -> dict[str, Any]:
     return kept
 
 
+def _index(layer: Layer) -> int:
+    return int(_INDEXED.match(layer.path).group("index"))  # type: ignore[union-attr]
+
+
+def _merged(layers: list[Layer], size: int) -> list[Layer]:
+    """``layers`` (one container, one key) with each ``size`` consecutive ones made one layer;
+    a run that cannot be one (other nodes between them, say) and the last few stay single."""
+    order = {node: i for i, node in enumerate(layers[0].nodes[0].graph.nodes)}
+    ordered = sorted(layers, key=_index)
+    result: list[Layer] = []
+    start = 0
+    while start < len(ordered):
+        run = ordered[start:start + size]
+        consecutive = len(run) == size and all(_index(b) == _index(a) + 1 for a, b in zip(run, run[1:]))
+        if consecutive:
+            first, last = run[0], run[-1]
+            merged = Layer(f"{first.path}-{_index(last)}", first.container, f"{first.kind} x{size}",
+                           sorted((n for layer in run for n in layer.nodes), key=order.__getitem__))
+            if _describe(merged):
+                result.append(merged)
+                start += size
+                continue
+        result.append(ordered[start])
+        start += 1
+    return result
+
+
 @graph_pass("regions", requires={"captured"})
-def regions(program: Program, *, min_repeats: int = 2, min_nodes: int = 8) -> bool:
+def regions(program: Program, *, min_repeats: int = 2, min_nodes: int = 8,
+            layers_per_region: Annotated[int, pydantic.Strict(), pydantic.Field(ge=1, le=64)] = 1) -> bool:
     """Outline repeated layers (same code, shapes and dtypes) into shared ``invoke_subgraph`` bodies."""
     if "functional" in program.facts or "main" not in program.graphs:
         program.record_stat("regions", 0)
         return False
     gm = program.graphs["main"]
-    groups: dict[tuple[str, str], list[Layer]] = {}
+    singles: dict[tuple[str, str], list[Layer]] = {}
     for layer in find_layers(gm):
         if len(layer.nodes) >= min_nodes:
+            singles.setdefault((layer.container, layer.key), []).append(layer)
+    groups: dict[tuple[str, str], list[Layer]] = {}
+    for layers in singles.values():
+        for layer in (_merged(layers, layers_per_region) if layers_per_region > 1 else layers):
             groups.setdefault((layer.container, layer.key), []).append(layer)
     found: dict[str, int] = {}
     replaced: dict[Node, Node] = {}

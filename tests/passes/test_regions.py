@@ -123,6 +123,23 @@ def test_block_stack_with_dropout_is_exact_and_one_region_repeats(tmp_path: Path
 
 
 @pytest.mark.slow
+def test_two_layers_per_region_make_one_body_of_each_pair_and_stay_exact(tmp_path: Path) -> None:
+    # Five layers: two pairs share a body; the fifth, alone of its kind, stays inline.
+    text = OVERLAY + "layers_per_region = 2\n"
+    record = _compare(lambda: Stack(5), [torch.randn(2, 16, 32)], _pipeline(tmp_path, text.replace(
+        'name = "regions-python"', 'name = "pairs"')))
+    assert record.stats["repeats"] == {"layers.* (DropoutBlock x2, 62 nodes)": 2}
+
+
+def test_layers_per_region_below_one_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "zero.toml"
+    path.write_text(OVERLAY.replace('name = "regions-python"', 'name = "zero"') + "layers_per_region = 0\n")
+    with pytest.raises(passkit.PipelineError) as raised:
+        passkit.load_pipeline(str(path))
+    assert "layers_per_region" in str(raised.value) and "greater than or equal to 1" in str(raised.value)
+
+
+@pytest.mark.slow
 def test_encoder_decoder_outlines_both_layer_kinds_exactly(tmp_path: Path) -> None:
     record = _compare(EncoderDecoder, [torch.randn(2, 8, 32), torch.randn(2, 6, 32)], _pipeline(tmp_path))
     assert record.stats["regions"] == 2
