@@ -26,6 +26,7 @@ part of the whole first step that Python's garbage collector took, spread over t
 
 ``--paired WORKLOAD`` instead compiles ``training-regions`` and ``training`` in one process and
 times their steps head to head (``paired.py``: ``A B B A`` blocks, median of the ratios).
+``--block-steps N`` times each side N consecutive steps at a time, as a training loop runs them.
 ``--layers-per-region N`` sets the ``regions`` step's ``layers_per_region`` in both modes.
 
 Run: ``python benchmarks/compile_depth.py [--workloads stack2,stack8,stack24,stack48,gpt2,llama]
@@ -213,7 +214,9 @@ def run_child(workload: str, contender: str, steps: int, threads: int, regions_f
     return json.loads(lines[-1])
 
 
-def paired(workload: str, pairs: int, threads: int, regions_file: str) -> None:
+def paired(workload: str, pairs: int, threads: int, regions_file: str, block: int = 1) -> None:
+    """Steps of ``training-regions`` against ``training``, head to head, each side ``block``
+    consecutive steps at a time (1: single steps, each starting on the other program's caches)."""
     import torch
 
     from paired import head_to_head
@@ -225,8 +228,12 @@ def paired(workload: str, pairs: int, threads: int, regions_file: str) -> None:
     flat = compiler("training", regions_file)(copy.deepcopy(model))
     for compiled in (regions, flat, regions, flat):
         train_step(compiled, inputs)
-    ratio = head_to_head(lambda: train_step(regions, inputs), lambda: train_step(flat, inputs), pairs, min_seconds=3.0)
-    print(f"{workload}: step of training-regions / training, head to head: {ratio} ({ratio.pairs} pairs)")
+    def steps(compiled: Any) -> Callable[[], None]:
+        return lambda: [train_step(compiled, inputs) for _ in range(block)]
+
+    ratio = head_to_head(steps(regions), steps(flat), pairs, min_seconds=3.0)
+    blocks = "" if block == 1 else f", blocks of {block} steps"
+    print(f"{workload}: step of training-regions / training, head to head{blocks}: {ratio} ({ratio.pairs} pairs)")
 
 
 def main() -> int:
@@ -242,6 +249,8 @@ def main() -> int:
     parser.add_argument("--stages", action="store_true", help="also print where each passkit compile went")
     parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "CONTENDER"), help=argparse.SUPPRESS)
     parser.add_argument("--regions-file", help=argparse.SUPPRESS)
+    parser.add_argument("--block-steps", type=int, default=1,
+                        help="with --paired: time each side this many consecutive steps at a time (default 1)")
     parser.add_argument("--layers-per-region", type=int, default=1,
                         help="the regions step's layers_per_region for training-regions (default 1)")
     args = parser.parse_args()
@@ -259,7 +268,7 @@ def main() -> int:
         regions_file = str(Path(scratch) / "training-regions.toml")
         Path(regions_file).write_text(regions_overlay("training", args.layers_per_region))
         if args.paired:
-            paired(args.paired, args.pairs, args.threads, regions_file)
+            paired(args.paired, args.pairs, args.threads, regions_file, args.block_steps)
             return 0
         results: dict[str, dict[str, list[dict[str, Any]]]] = {w: {c: [] for c in contenders} for w in workloads}
         for round_index in range(args.rounds):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch.fx import GraphModule
@@ -91,7 +91,7 @@ def region_schemas_remembered() -> Iterator[None]:
             del hop.gen_schema
 
 
-def partition_region_bodies(joint: GraphModule) -> int:
+def partition_region_bodies(joint: GraphModule, partition: Callable[..., Any] | None = None) -> int:
     """Split each differentiated ``invoke_subgraph`` body of ``joint`` into a forward that also
     returns what its backward needs, and a backward that reads those; returns how many distinct
     bodies were split.
@@ -99,7 +99,8 @@ def partition_region_bodies(joint: GraphModule) -> int:
     ``invoke_subgraph``'s autograd rule puts the body's whole joint graph in the backward call,
     which would recompute the forward there, random draws included. torch's own AOT path splits
     each body once per identifier with its min-cut partitioner (which never recomputes a random
-    op) and rewires every call; this is that step.
+    op) and rewires every call; this is that step. ``partition`` replaces torch's min-cut: it
+    takes a body's joint and returns its forward and backward, as torch's partitioners do.
     """
     import functools
 
@@ -114,7 +115,8 @@ def partition_region_bodies(joint: GraphModule) -> int:
     }
     if not backward_ids:
         return 0
-    partition = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
+    if partition is None:
+        partition = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
     run_joint_graph_passes_on_hops(joint, None, None, default_partition_fn=partition)
     joint.recompile()
     return len(backward_ids)

@@ -5,12 +5,13 @@ grad (``tangents_N``); its outputs are main's outputs followed by one gradient p
 requires grad. The joint function (``passkit.autodiff``) is traced inside ``make_fx``; when the
 backward comes out with in-place ops, the trace is repeated under functionalization, so the
 result is functional. The bodies of ``invoke_subgraph`` calls are split into forward and backward
-here, once per body.
+here, once per body, by passkit's min-cut (``partition_min_cut.body_partition``) unless the
+step asks for torch's.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from torch.fx import GraphModule, Node
 
@@ -18,6 +19,7 @@ from passkit import _torch
 from passkit.autodiff import JointPlan, make_joint_fn
 from passkit.hookspecs import hookimpl
 from passkit.pass_api import graph_pass
+from passkit.passes.partition_min_cut import MinCutOptions, body_partition
 from passkit.program import Desc, GraphIO, Program
 from passkit.subclass_autodiff import SubclassJoint
 
@@ -46,8 +48,14 @@ def _lowering_table(program: Program) -> dict[Any, Any] | None:
 
 
 @graph_pass("joint", requires={"functional"}, produces={"joint"}, training_only=True)
-def joint(program: Program) -> bool:
-    """Trace forward and backward into one graph of primals and tangents."""
+def joint(program: Program, *, bodies: Literal["min_cut", "torch_min_cut"] = "min_cut",
+          bodies_fused_pointwise: bool = False) -> bool:
+    """Trace forward and backward into one graph of primals and tangents.
+
+    ``bodies`` picks the partitioner that splits each outlined region's body: passkit's
+    ``partition.min_cut`` (with no memory limit; ``bodies_fused_pointwise`` as its
+    ``fused_pointwise``) or torch's own min-cut.
+    """
     # A program over tensor subclasses is differentiated at their level (``subclass_autodiff``).
     source = program.notes.get("subclasses")
     plan = JointPlan(program) if source is None else SubclassJoint(program, source)
@@ -76,7 +84,8 @@ def joint(program: Program) -> bool:
     # ``regions`` pass) puts a body's whole joint in its backward call, which recomputes the
     # forward there and draws new dropout masks; each body is split once into a forward that also
     # returns what its backward needs and a backward that reads those, as torch's AOT path does.
-    bodies = _torch.partition_region_bodies(gm)
+    partition = body_partition(MinCutOptions(fused_pointwise=bodies_fused_pointwise)) if bodies == "min_cut" else None
+    bodies_split = _torch.partition_region_bodies(gm, partition)
     # torch gives every call of a body the body's own output values; a later re-trace (Inductor's
     # decompositions in codegen.inductor) would then read one call's saved values for all.
     _torch.operands_read_directly(gm)
@@ -90,8 +99,8 @@ def joint(program: Program) -> bool:
     program.drop_graph("main")
     program.set_graph("joint", gm, io)
     program.record_stat("tangents", len(plan.diff_outputs))
-    if bodies:
-        program.record_stat("bodies_split", bodies)
+    if bodies_split:
+        program.record_stat("bodies_split", bodies_split)
     if attention_changed:
         program.record_stat("attention_statistics_kept", attention_changed)
     return True

@@ -26,7 +26,7 @@ import fnmatch
 import operator
 import re
 from collections import Counter
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import pydantic
 import torch
@@ -39,9 +39,9 @@ from passkit.hookspecs import hookimpl
 from passkit.passes.partition import BudgetOptions, _install, partitioner, split_joint
 from passkit.passes.partition_costs import estimator_for, node_bytes, storage_root
 from passkit.passes.partition_plan import Plan, PlanError, Problem
-from passkit.program import GraphIO, Program
+from passkit.program import Desc, GraphIO, Program
 
-__all__ = ["min_cut", "MinCutOptions", "parse_size", "format_size", "SMALLEST_STAT"]
+__all__ = ["body_partition", "min_cut", "MinCutOptions", "parse_size", "format_size", "SMALLEST_STAT"]
 
 SMALLEST_STAT = "smallest_bytes"  # recorded under max_saved: the fewest bytes this graph can save
 
@@ -223,6 +223,16 @@ def min_cut(program: Program, **values: Any) -> bool:
     options = MinCutOptions(**values)
     joint_gm = program.graphs["joint"]
     io = program.io("joint")
+    plan, smallest, rules, problem, limited_by = _plan(joint_gm, io, options)
+    _install(program, *split_joint(joint_gm, io, list(plan.saved)))
+    _report(program, plan, rules, problem, limited_by)
+    if options.max_saved is not None:  # what the model-wide ledger may shrink this graph to
+        program.record_stat(SMALLEST_STAT, smallest.bytes)
+    return True
+
+
+def _plan(joint_gm: GraphModule, io: GraphIO, options: MinCutOptions) -> tuple[Plan, Plan, _Rules, Problem, str]:
+    """The plan ``options`` ask for, the smallest plan, the rules, the problem and what limited it."""
     forward, required, read = _classify(joint_gm, io)
     rules = _Rules(options, forward)
     estimate = estimator_for(options.estimator, fused_pointwise=options.fused_pointwise)
@@ -263,11 +273,34 @@ def min_cut(program: Program, **values: Any) -> bool:
         )
         error.smallest_saved = smallest.bytes  # what the model-wide ledger (passkit.saved_limit) reads
         raise error
-    _install(program, *split_joint(joint_gm, io, list(plan.saved)))
-    _report(program, plan, rules, problem, limited_by)
-    if options.max_saved is not None:  # what the model-wide ledger may shrink this graph to
-        program.record_stat(SMALLEST_STAT, smallest.bytes)
-    return True
+    return plan, smallest, rules, problem, limited_by
+
+
+def body_partition(options: MinCutOptions) -> Callable[..., tuple[GraphModule, GraphModule]]:
+    """A partition function in torch's convention for the bodies of ``invoke_subgraph`` calls
+    (``_torch.partition_region_bodies``): passkit's min-cut with ``options`` on one body's joint.
+
+    torch hands it the body's joint with ``primals_*`` and ``tangents_*`` placeholders and the
+    outputs ``(*forward outputs, *gradients)``; it returns the forward, whose outputs are the
+    forward outputs and then the saved values, and the backward, which reads the saved values
+    and then the tangents: the same cut ``split_joint`` makes of a whole program.
+    """
+
+    def partition(joint_gm: GraphModule, _inputs: Any, *, num_fwd_outputs: int, **_: Any) -> tuple[GraphModule, GraphModule]:
+        placeholders = [n for n in joint_gm.graph.nodes if n.op == "placeholder"]
+        tangents = [n for n in placeholders if n.name.startswith("tangents")]
+        outputs = next(n for n in reversed(joint_gm.graph.nodes) if n.op == "output").args[0]
+        io = GraphIO(
+            inputs=[Desc("user", i) for i in range(len(placeholders) - len(tangents))]
+            + [Desc("tangent", k) for k in range(len(tangents))],
+            outputs=[Desc("user", i) for i in range(num_fwd_outputs)]
+            + [Desc("grad", i) for i in range(len(outputs) - num_fwd_outputs)],
+        )
+        plan = _plan(joint_gm, io, options)[0]
+        forward, _, backward, _ = split_joint(joint_gm, io, list(plan.saved))
+        return forward, backward
+
+    return partition
 
 
 def _step_time_ns(joint_gm: GraphModule, estimate: Any) -> float:

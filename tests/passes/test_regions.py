@@ -162,6 +162,32 @@ def test_training_with_regions_on_is_exact_with_inductor(tmp_path: Path) -> None
     assert "regions=1, repeats={'blocks.* (Block, 30 nodes)': 3}, spared_nodes=60" in record.remarks()
 
 
+def _saved_bytes(model: nn.Module, inputs: list[torch.Tensor]) -> int:
+    """Bytes autograd keeps for the backward of one forward, each storage once."""
+    storages: dict[int, int] = {}
+
+    def pack(value: torch.Tensor) -> torch.Tensor:
+        storages[value.untyped_storage().data_ptr()] = value.untyped_storage().nbytes()
+        return value
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda value: value):
+        model(*inputs)
+    return sum(storages.values())
+
+
+@pytest.mark.slow
+def test_bodies_split_by_passkits_min_cut_save_less_than_torchs_and_stay_exact(tmp_path: Path) -> None:
+    torch_bodies = TRAINING + '[override.joint]\nbodies = "torch_min_cut"\n'
+    inputs = [torch.randn(2, 16, 32)]
+    saved = {}
+    for name, text in (("min_cut", TRAINING), ("torch_min_cut", torch_bodies)):
+        _compare(lambda: transformer.TransformerStack(4, 32, 4), inputs, _pipeline(tmp_path, text))
+        torch.manual_seed(0)
+        compiled = passkit.compile(transformer.TransformerStack(4, 32, 4), pipeline=_pipeline(tmp_path, text), cache="off")
+        saved[name] = _saved_bytes(compiled, inputs)
+    assert saved["min_cut"] < saved["torch_min_cut"], saved
+
+
 @pytest.mark.slow
 def test_gpt2_under_training_with_regions_is_exact_without_dropout(tmp_path: Path) -> None:
     # Its attention's ``cat`` of an empty past is lowered in ``joint`` to a copy with other
