@@ -1,13 +1,12 @@
 """Own ``passkit pipelines``: the pipeline files that plugins ship, by name.
 
-The text listing shows each file relative to the working directory when it lies below it, else
-relative to the import root it was found under (``passkit/pipelines/training.toml``), so the
-table fits a terminal; ``--json`` gives the full path.
+The text listing shows each file as every other command names it (relative to the working
+directory, else to its package's folder: ``passkit/pipelines/training.toml``), so the table fits
+a terminal; ``--json`` gives the full path.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -23,6 +22,7 @@ def command(as_json: bool) -> None:
     """List the registered pipelines: name, description and file."""
     from passkit.errors import PasskitError
     from passkit.pipeline import load_pipeline
+    from passkit.pipeline.messages import display_path
     from passkit.registry import get_registry
 
     registry = get_registry()
@@ -42,24 +42,6 @@ def command(as_json: bool) -> None:
         terminal.out("no pipelines registered")
         return
     terminal.out(terminal.table(
-        ("name", "description", "file"), ((r["name"], r["description"], short_path(Path(r["file"]))) for r in rows)
+        ("name", "description", "file"), ((r["name"], r["description"], display_path(Path(r["file"]))) for r in rows)
     ))
 
-
-def short_path(path: Path) -> str:
-    """``path`` relative to the working directory, else to the deepest ``sys.path`` entry above
-    it, else to the folder holding the Python package it lies in."""
-    if not path.is_absolute():
-        return str(path)
-    bases = [Path.cwd(), *sorted((Path(p) for p in sys.path if p), key=lambda p: len(p.parts), reverse=True)]
-    package = next((parent for parent in path.parents if (parent / "__init__.py").is_file()), None)
-    while package is not None and (package.parent / "__init__.py").is_file():
-        package = package.parent
-    if package is not None:
-        bases.append(package.parent)
-    for base in bases:
-        try:
-            return str(path.relative_to(base.resolve()))
-        except (ValueError, OSError):
-            continue
-    return str(path)

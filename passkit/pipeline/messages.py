@@ -40,12 +40,19 @@ def did_you_mean(word: str, candidates: Iterable[str], *, template: str = "'{}'"
 
 
 def display_path(path: Path) -> str:
-    """The path relative to the working directory when it lies below it, else as absolute,
-    without ``..`` segments either way."""
+    """The path as a reader finds it: relative to the working directory when it lies below it,
+    else relative to the folder holding the Python package it lies in (a shipped pipeline reads
+    ``passkit/pipelines/training.toml`` wherever passkit is installed), else absolute; never
+    with ``..`` segments."""
+    absolute = Path(os.path.normpath(path.absolute()))
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        return str(absolute.resolve().relative_to(Path.cwd().resolve()))
     except (ValueError, OSError):
-        return os.path.normpath(path.absolute())
+        pass
+    package = next((parent for parent in absolute.parents if (parent / "__init__.py").is_file()), None)
+    while package is not None and (package.parent / "__init__.py").is_file():
+        package = package.parent
+    return str(absolute.relative_to(package.parent)) if package is not None else str(absolute)
 
 
 def toml_key(key: str) -> str:

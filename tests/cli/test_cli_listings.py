@@ -122,7 +122,7 @@ def test_pipelines_says_when_there_are_none(cli, registry) -> None:
 
 
 def test_pipelines_shows_installed_files_relative_to_their_package(tmp_path, monkeypatch) -> None:
-    from passkit.cli.pipelines import short_path
+    from passkit.pipeline.messages import display_path
 
     package = tmp_path / "site" / "acme_pkg" / "pipelines"
     package.mkdir(parents=True)
@@ -130,9 +130,9 @@ def test_pipelines_shows_installed_files_relative_to_their_package(tmp_path, mon
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    assert short_path(package / "fast.toml") == "acme_pkg/pipelines/fast.toml"
-    assert short_path(elsewhere / "mine.toml") == "mine.toml"
-    assert short_path(tmp_path / "loose.toml") == str(tmp_path / "loose.toml")  # nothing shorter is true
+    assert display_path(package / "fast.toml") == "acme_pkg/pipelines/fast.toml"
+    assert display_path(elsewhere / "mine.toml") == "mine.toml"
+    assert display_path(tmp_path / "loose.toml") == str(tmp_path / "loose.toml")  # nothing shorter is true
 
 
 def test_passes_shows_a_tolerance_declared_per_options(cli) -> None:
