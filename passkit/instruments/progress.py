@@ -27,7 +27,8 @@ __all__ = ["passkit_run_step", "StepWatch"]
 
 
 class StepWatch:
-    """A daemon thread that sends ``started`` and ``heartbeat`` events for one step until ``stop``."""
+    """A daemon thread that sends ``started`` and ``heartbeat`` events for one step until ``stop``,
+    which ends it."""
 
     def __init__(self, context: StepContext) -> None:
         self.context = context
@@ -43,6 +44,10 @@ class StepWatch:
     def stop(self) -> None:
         with self._lock:
             self._done.set()
+        # The thread wakes at once; joining it means its last reference to this watch (and so to
+        # the step's tensors) is dropped before the step returns. A daemon thread still freeing
+        # tensors while the interpreter exits is killed inside torch's C++ and aborts the process.
+        self._thread.join()
 
     def _watch(self) -> None:
         if self._done.wait(progress.STARTED_AFTER_S):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 
 import pytest
@@ -81,6 +82,13 @@ def test_no_event_follows_the_end_of_the_step(kit: Kit, caplog: pytest.LogCaptur
         count = len(caplog.records)
         time.sleep(0.3)  # two heartbeat periods: a watch left running would log again
     assert len(caplog.records) == count
+
+
+def test_every_watch_thread_has_ended_when_the_run_returns(kit: Kit) -> None:
+    # A watch thread that outlived its step freed the step's tensors while the interpreter
+    # exited, and the process aborted ("terminate called without an active exception").
+    _run(kit)
+    assert [thread.name for thread in threading.enumerate() if thread.name.startswith("passkit-progress")] == []
 
 
 def test_a_callback_with_an_event_method_gets_events_and_records(kit: Kit, caplog: pytest.LogCaptureFixture) -> None:
