@@ -39,6 +39,7 @@ from passkit.recompiles import CompileAnnouncer
 from passkit.report import Report, StepRecord, summary_line
 from passkit.runtime import CompiledProgram
 from passkit.saved_limit import SavedLedger, limited_steps
+from passkit.stamped_regions import StampedRegionError, refuse_regions_reading_other_layers
 from passkit.subclasses import flatten_subclasses, with_subclasses
 from passkit.user_warnings import warn_at_user_code
 
@@ -269,6 +270,10 @@ class PasskitBackend:
         except Exception as exc:  # noqa: BLE001 - a bad pipeline or option is passkit's one-line error
             return _raise_when_called(exc)
         self._announce(gm, example_inputs)
+        try:
+            refuse_regions_reading_other_layers(gm)
+        except StampedRegionError as exc:  # Dynamo's graph is wrong: running it eagerly is no fallback
+            return _raise_when_called(exc)
         fallback = _Fallback(pipeline, self.fallbacks)
         try:
             if limited_steps(pipeline):
