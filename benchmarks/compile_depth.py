@@ -28,10 +28,12 @@ part of the whole first step that Python's garbage collector took, spread over t
 times their steps head to head (``paired.py``: ``A B B A`` blocks, median of the ratios).
 ``--block-steps N`` times each side N consecutive steps at a time, as a training loop runs them.
 ``--layers-per-region N`` sets the ``regions`` step's ``layers_per_region`` in both modes.
+``--device cuda`` puts the models and inputs on the GPU and waits for its work before each clock
+reading (``--threads`` still sets the CPU threads).
 
 Run: ``python benchmarks/compile_depth.py [--workloads stack2,stack8,stack24,stack48,gpt2,llama]
 [--contenders eager,inductor,training-regions,training] [--rounds 1] [--steps 5] [--threads 2]
-[--stages] [--json OUT]`` or ``python benchmarks/compile_depth.py --paired stack24 [--pairs 20]``.
+[--stages] [--device cpu] [--json OUT]`` or ``python benchmarks/compile_depth.py --paired stack24 [--pairs 20]``.
 """
 
 from __future__ import annotations
@@ -67,7 +69,15 @@ CONTENDERS = ["eager", "inductor", "training-regions", "training"]
 WORKLOADS = ["stack2", "stack8", "stack24", "stack48", "gpt2", "llama"]
 
 
+DEVICE = "cpu"  # --device: where models, inputs and steps run
+
+
 def build(name: str) -> tuple[Any, tuple[Any, ...]]:
+    model, inputs = _built(name)
+    return model.to(DEVICE), tuple(t.to(DEVICE) for t in inputs)
+
+
+def _built(name: str) -> tuple[Any, tuple[Any, ...]]:
     import torch
 
     torch.manual_seed(0)
@@ -163,7 +173,9 @@ def train_step(model: Any, inputs: tuple[Any, ...]) -> None:
     for p in model.parameters():
         p.grad = None
     out = model(*inputs)
-    (out * torch.linspace(0.5, 1.5, out.numel()).reshape(out.shape)).sum().backward()
+    (out * torch.linspace(0.5, 1.5, out.numel(), device=out.device).reshape(out.shape)).sum().backward()
+    if out.device.type == "cuda":
+        torch.cuda.synchronize()  # a step ends when the GPU has done its work
 
 
 def child(workload: str, contender: str, steps: int, threads: int, regions_file: str) -> dict[str, Any]:
@@ -173,7 +185,7 @@ def child(workload: str, contender: str, steps: int, threads: int, regions_file:
     torch.set_num_threads(threads)
     compile_fn = compiler(contender, regions_file)
     tiny = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU(), torch.nn.Linear(16, 8))
-    train_step(compile_fn(tiny), (torch.randn(4, 8),))  # first-use costs, outside the figure
+    train_step(compile_fn(tiny.to(DEVICE)), (torch.randn(4, 8, device=DEVICE),))  # first-use costs, outside the figure
     torch._dynamo.reset()
     model, inputs = build(workload)
     clock = StageClock()
@@ -205,7 +217,7 @@ def run_child(workload: str, contender: str, steps: int, threads: int, regions_f
         env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "PASSKIT_CACHE_DIR": f"{scratch}/passkit",
                "TORCHINDUCTOR_CACHE_DIR": f"{scratch}/inductor", "PYTHONWARNINGS": "ignore"}
         command = [sys.executable, __file__, "--child", workload, contender, "--steps", str(steps),
-                   "--threads", str(threads), "--regions-file", regions_file]
+                   "--threads", str(threads), "--regions-file", regions_file, "--device", DEVICE]
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
@@ -247,6 +259,7 @@ def main() -> int:
     parser.add_argument("--paired", metavar="WORKLOAD")
     parser.add_argument("--json", metavar="OUT")
     parser.add_argument("--stages", action="store_true", help="also print where each passkit compile went")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the models run (default cpu)")
     parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "CONTENDER"), help=argparse.SUPPRESS)
     parser.add_argument("--regions-file", help=argparse.SUPPRESS)
     parser.add_argument("--block-steps", type=int, default=1,
@@ -255,6 +268,8 @@ def main() -> int:
                         help="the regions step's layers_per_region for training-regions (default 1)")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    global DEVICE
+    DEVICE = args.device
     if args.child:
         print(json.dumps(child(*args.child, args.steps, args.threads, args.regions_file)))
         return 0
@@ -293,7 +308,7 @@ def _median(runs: list[dict[str, Any]], key: str) -> float | None:
 
 def print_table(results: dict[str, dict[str, list[dict[str, Any]]]], contenders: list[str]) -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"cold compile (first step) and step time, medians; load average {load:.2f}")
+    print(f"cold compile (first step) and step time on {DEVICE}, medians; load average {load:.2f}")
     header = f"{'workload':<9}" + "".join(f"  {c + ' compile':>24}  {c + ' step':>20}" for c in contenders)
     print(header)
     for workload, by_contender in results.items():

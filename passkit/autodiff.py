@@ -111,7 +111,10 @@ class JointPlan:
             for k, d in enumerate(self.io.outputs)
             if d.kind == "mutation" and inputs[d.index].requires_grad and inputs[d.index].mutated_under_no_grad
         }
-        with program.fake_mode, torch.enable_grad(), _torch.subgraph_grads_by_running(self.main), _torch.region_schemas_remembered():
+        # torch 2.11 traces region bodies in the tracing context's fake mode (Dynamo's, while a
+        # backend compiles), not the operands': ``in_fake_mode`` names the program's there.
+        with _torch.in_fake_mode(program.fake_mode), torch.enable_grad(), _torch.subgraph_grads_by_running(self.main), \
+                _torch.region_schemas_remembered():
             noting = _LeafInterpreter(self.main, self.leaf_nodes)
             outs = noting.run(*program.example_inputs)
         self.region_grads = noting.region_grads

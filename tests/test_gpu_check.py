@@ -32,7 +32,7 @@ def test_an_unknown_part_is_one_line(tmp_path) -> None:
     result = subprocess.run([sys.executable, str(GPU_CHECK), str(tmp_path), "--parts", "speed"], capture_output=True,
                             text=True, timeout=300)
     assert (result.returncode, result.stderr) == (
-        2, "gpu-check: unknown part 'speed'; choose from correctness, cudagraphs, triton, step_time\n")
+        2, "gpu-check: unknown part 'speed'; choose from correctness, regions, cudagraphs, tests, triton, step_time\n")
 
 
 @pytest.mark.parametrize("path", ["tools/gpu-check", "benchmarks/step_time.py", "benchmarks/triton_gpu.py"])

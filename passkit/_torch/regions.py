@@ -29,6 +29,8 @@ first layer computes a gradient for its input that nothing reads.
 from __future__ import annotations
 
 import contextlib
+import inspect
+import types
 import weakref
 from typing import Any, Callable, Iterator
 
@@ -117,7 +119,10 @@ def partition_region_bodies(joint: GraphModule, partition: Callable[..., Any] | 
         return 0
     if partition is None:
         partition = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
-    run_joint_graph_passes_on_hops(joint, None, None, default_partition_fn=partition)
+    if "default_partition_fn" in inspect.signature(run_joint_graph_passes_on_hops).parameters:
+        run_joint_graph_passes_on_hops(joint, None, None, default_partition_fn=partition)
+    else:  # torch 2.11 reads the partitioner from the AOT config, and nothing else of it
+        run_joint_graph_passes_on_hops(joint, None, types.SimpleNamespace(partition_fn=partition))
     joint.recompile()
     return len(backward_ids)
 

@@ -39,6 +39,7 @@ __all__ = [
     "StorageWeakRef",
     "storage_of",
     "fake_mode_of",
+    "in_fake_mode",
     "fakify",
     "functional_trace",
     "has_mutations",
@@ -102,7 +103,7 @@ def fake_mode_of(values: Sequence[Any]) -> FakeTensorMode | None:
 
 
 @contextlib.contextmanager
-def _in_fake_mode(fake_mode: FakeTensorMode | None) -> Iterator[None]:
+def in_fake_mode(fake_mode: FakeTensorMode | None) -> Iterator[None]:
     """Trace in ``fake_mode``, which torch's own lookups then find too (see
     ``subgraphs_traced_in``)."""
     if fake_mode is None:
@@ -174,7 +175,7 @@ def functional_trace(
         return (*new_values, *[_from_functional(o) for o in flat_outs])
 
     fake_mode = fake_mode_of(args)
-    context = _in_fake_mode(fake_mode)
+    context = in_fake_mode(fake_mode)
     # A graph's no_grad region that raises midway would leave grad mode off for the caller.
     with context, fresh_subgraph_caches(), region_schemas_remembered(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
         gm = make_fx(
@@ -250,7 +251,7 @@ def retrace(
             raise RuntimeError(f"retrace found input mutations in a functional graph: {mutations}")
     else:
         fake_mode = fake_mode_of(args)
-        with _in_fake_mode(fake_mode), fresh_subgraph_caches(), region_schemas_remembered(), fx_traceback.preserve_node_meta():
+        with in_fake_mode(fake_mode), fresh_subgraph_caches(), region_schemas_remembered(), fx_traceback.preserve_node_meta():
             new_gm = make_fx(interpret, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch)(*args)
         _rename_placeholders(new_gm, names)
     _use_plain_codegen(new_gm)
@@ -348,7 +349,7 @@ def trace_graph(
 ) -> GraphModule:
     """Trace ``fn`` as it is, mutations included; pre-dispatch keeps ``no_grad`` blocks."""
     fake_mode = fake_mode_of(fake_args)
-    with _in_fake_mode(fake_mode), fresh_subgraph_caches(), region_schemas_remembered(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
+    with in_fake_mode(fake_mode), fresh_subgraph_caches(), region_schemas_remembered(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
         gm = make_fx(
             fn, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch, record_module_stack=True
         )(*fake_args)

@@ -54,6 +54,8 @@ def test_a_warm_start_compiles_no_triton_kernel(monkeypatch, tmp_path: Path) -> 
         return {str(p): p.stat().st_mtime_ns for p in (tmp_path / "triton").rglob("*") if p.is_file()}
 
     x, w = torch.randn(8, 40, device="cuda"), torch.randn(40, device="cuda")
+    # A kernel that an earlier test compiled in this process would be launched from memory.
+    monkeypatch.setattr(launch, "_KERNELS", {})
     compile_and_run(x, w)
     torch.cuda.synchronize()
     written = files()

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._subclasses import fake_tensor
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from triton_helpers import assert_close, gpu, launchers, require_module
@@ -84,6 +85,9 @@ def test_a_tensor_on_the_second_gpu_launches_on_it(triton_compile, monkeypatch) 
     monkeypatch.setattr(launch, "_device_guard", recording_guard)
     monkeypatch.setattr(launch, "_shape_key", lambda inputs: tuple((t.shape, t.stride(), t.device) for t in inputs))
     monkeypatch.setattr(RegionLauncher, "_launch", lambda self, plan, args, *rest: launched.append((current[0], plan, args)))
+    # Where CUDA is present, a fake tensor's first use of a device opens a context on the real
+    # one, and a one-GPU machine has no cuda:1.
+    monkeypatch.setattr(fake_tensor, "init_gpu_context", lambda device: None)
     with FakeTensorMode():
         (out,) = launcher(fake_cuda(4, 8, index=1))
     (device, plan, args), = launched
