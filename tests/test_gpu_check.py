@@ -77,3 +77,23 @@ def test_a_gradient_five_percent_off_is_a_mismatch(monkeypatch) -> None:
     assert against_float64.startswith("grad:w: error against float64 ")
     (against_eager,) = check._differences(eager, off, "bfloat16")
     assert against_eager.startswith("grad:w: norm-wise error ")
+
+
+def test_a_row_that_raised_leaves_its_innermost_traceback_in_the_log(monkeypatch, tmp_path) -> None:
+    check = _gpu_check_module(monkeypatch)
+    log = check.Log(tmp_path / "gpu-check.log")
+
+    def lowering() -> None:
+        raise AttributeError("'NoneType' object has no attribute 'target'")
+
+    try:
+        try:
+            lowering()
+        except AttributeError as inner:
+            raise RuntimeError("Inductor cannot compile the 'backward' graph") from inner
+    except RuntimeError as outer:
+        check._log_root_cause(outer, log)
+    lines = (tmp_path / "gpu-check.log").read_text().splitlines()
+    assert lines[0] == "    | Traceback (most recent call last):"
+    assert any("in lowering" in line for line in lines)
+    assert lines[-1] == "    | AttributeError: 'NoneType' object has no attribute 'target'"
