@@ -28,6 +28,7 @@ What the runtime wrapper relies on, and how it is kept:
 from __future__ import annotations
 
 import itertools
+import operator
 from collections import Counter
 from typing import Any, Callable, Literal, Sequence
 
@@ -337,7 +338,7 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
         _write_mutations_in_graph(graph, written)
     if donated:
         _torch.mark_donated_inputs(graph, donated)
-    config_patches = {**options.config_patches(), **_region_config(graph)}
+    config_patches = {**options.config_patches(), **_region_config(graph), **_draw_order_config(graph, options)}
     regions_from_python = options.region_calls == "python"
     recipe = cache_form.snapshot(graph, examples, is_backward=is_backward, is_inference=is_inference, static=static,
                                  visible=visible, config_patches=config_patches, pair=pair, donated=donated,
@@ -366,6 +367,23 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
         program.record_stat("bodies_compiled", program.stats.get("bodies_compiled", 0) + compiled.bodies)
         program.record_stat("runs_compiled", program.stats.get("runs_compiled", 0) + compiled.compiled_runs)
     return _torch.inductor_callable(compiled), strides, recipe, _torch.inductor_source(compiled)
+
+
+def _draw_order_config(graph: GraphModule, options: InductorOptions) -> dict[str, Any]:
+    """Inductor settings that keep a graph's random draws in the graph's order.
+
+    A random op that Inductor runs as ATen's kernel (always on the CPU, everywhere under
+    ``fallback_random``) draws from the one global generator, so the order of two draws decides
+    which mask each gets. Inductor's reorderings, for peak memory in its scheduler and for
+    locality after its post-grad passes, do not keep such ops in order. torch 2.11 moved one of
+    GPT-2's dropouts past another, and its loss differed from eager's by 3e-3. A graph with two
+    draws or more is compiled without those reorderings; its numbers are eager's.
+    """
+    draws = [n for gm in _torch.graph_and_subgraphs(graph) for n in gm.graph.nodes
+             if n.op == "call_function" and n.target is not operator.getitem and _torch.call_draws_random_numbers(n)]
+    from_generator = options.fallback_random or any(
+        isinstance(v := n.meta.get("val"), torch.Tensor) and v.device.type == "cpu" for n in draws)
+    return {"reorder_for_peak_memory": False, "reorder_for_locality": False} if len(draws) >= 2 and from_generator else {}
 
 
 def _region_config(graph: GraphModule) -> dict[str, Any]:
