@@ -14,7 +14,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from passkit._torch import concrete, loop_backwards_on_real_tensors, subgraph_grads_by_running
+from passkit._torch import concrete, higher_order_ops_on_real_tensors, subgraph_grads_by_running
 from passkit.autodiff import JointPlan, make_joint_fn
 from passkit.compare import DEFAULT_TOLERANCE, compare_values
 from passkit.subclass_autodiff import SubclassJoint
@@ -68,7 +68,7 @@ def observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
     Random ops draw from a fixed seed, so every stage draws the same numbers; the caller's RNG
     state is restored afterwards, so verification never changes what the user's program draws.
     """
-    with fixed_seed(0), loop_backwards_on_real_tensors(program.graphs.values()):
+    with fixed_seed(0), higher_order_ops_on_real_tensors(program.graphs.values()):
         return _observe(program, real_inputs)
 
 

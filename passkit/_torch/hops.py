@@ -31,7 +31,7 @@ __all__ = [
     "fresh_subgraph_caches",
     "graph_and_subgraphs",
     "is_higher_order",
-    "loop_backwards_on_real_tensors",
+    "higher_order_ops_on_real_tensors",
     "loop_backwards_traceable",
     "needs_shape_env",
     "subgraph_grads_by_running",
@@ -195,15 +195,22 @@ def subgraphs_traced_in(fake_mode: Any) -> Iterator[None]:
         context.fake_mode = prior
 
 
-def loop_backwards_on_real_tensors(graphs: Any) -> contextlib.AbstractContextManager[None]:
+def higher_order_ops_on_real_tensors(graphs: Any) -> contextlib.AbstractContextManager[None]:
     """Around running ``graphs`` under autograd on real tensors while a backend compiles.
 
-    ``while_loop``'s backward then traces its body in a fake mode of its own only where torch
-    finds none (``subgraphs_traced_in(None)``); ``invoke_subgraph``'s backward needs Dynamo's,
-    so graphs without a loop keep it.
+    Dynamo's tracing context names Dynamo's fake mode, and torch traces a higher-order op's
+    subgraphs in it (``subgraphs_traced_in``), real operands included: "Please convert all
+    Tensors to FakeTensors" (torch 2.11's ``cond`` and ``invoke_subgraph`` even without grad).
+    ``while_loop``'s backward and ``cond`` then trace in a fake mode of their own, made where
+    torch finds none. ``invoke_subgraph``'s backward needs a fake mode, so it gets one that takes
+    the real operands.
     """
-    if any(calls_higher_order(gm, "while_loop") for gm in graphs):
+    if any(calls_higher_order(gm, op) for gm in graphs for op in ("while_loop", "cond")):
         return subgraphs_traced_in(None)
+    if any(calls_higher_order(gm, "invoke_subgraph") for gm in graphs):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        return subgraphs_traced_in(FakeTensorMode(allow_non_fake_inputs=True))
     return contextlib.nullcontext()
 
 
