@@ -125,7 +125,7 @@ def _inline_checkpoint_regions(gm: GraphModule) -> int:
                 gm.graph.erase_node(user)
         gm.graph.erase_node(node)
     if regions:
-        gm.graph.eliminate_dead_code()
+        gm.graph.eliminate_dead_code(is_impure_node=_torch.is_impure)
         gm.recompile()
     return len(regions)
 

@@ -25,6 +25,7 @@ __all__ = [
     "decompositions_for",
     "call_draws_random_numbers",
     "draws_random_numbers",
+    "is_impure",
     "full_table",
     "has_own_autograd_formula",
     "has_symbolic_sizes",
@@ -69,6 +70,19 @@ def _empty_permuted_as_strided(size: Sequence[Any], physical_layout: Sequence[in
         strides[dim] = running
         running = running * torch.sym_max(size[dim], 1)
     return torch.ops.aten.empty_strided.default(size, strides, **factory_kwargs)
+
+
+def is_impure(node: torch.fx.Node) -> bool:
+    """FX's ``Node.is_impure``, and also a call of an op that returns nothing
+    (``_linalg_check_errors``), which runs only for its effect.
+
+    torch 2.13 knows such ops as effectful. torch 2.11 does not, and dead-code elimination
+    dropped linalg's error check: ``linalg.inv`` of a singular matrix returned inf and NaN
+    instead of raising, as eager does.
+    """
+    if node.op == "call_function" and isinstance(node.target, OpOverload) and not node.target._schema.returns:
+        return True
+    return node.is_impure()
 
 
 def draws_random_numbers(op: Any) -> bool:

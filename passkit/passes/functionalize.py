@@ -57,7 +57,7 @@ def functionalize(program: Program) -> bool:
             pre_dispatch=_torch.keeps_grad_mode_regions(main),
             arg_names=names,
         )
-    gm.graph.eliminate_dead_code()
+    gm.graph.eliminate_dead_code(is_impure_node=_torch.is_impure)
     gm.recompile()
     for mutation in mutations:
         info = program.signature.inputs[mutation.index]

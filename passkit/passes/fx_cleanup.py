@@ -26,7 +26,7 @@ def _keeps(node: Node) -> bool:
     if _torch.mutates(node):
         return True
     try:
-        return node.is_impure()
+        return _torch.is_impure(node)
     except Exception:  # an exotic call_module: keep it rather than guess
         return True
 

@@ -66,7 +66,7 @@ def _forward_side_effects(joint: GraphModule, tangents: list[Node]) -> list[Node
             from_tangents.add(node)
     return [
         n for n in joint.graph.nodes
-        if n.op == "call_function" and not n.users and n.is_impure() and n not in from_tangents
+        if n.op == "call_function" and not n.users and _torch.is_impure(n) and n not in from_tangents
     ]
 
 
@@ -177,7 +177,7 @@ def _no_tuple_saves(saved: list[Node]) -> list[Node]:
 
 def _install(program: Program, forward: GraphModule, fw_io: GraphIO, backward: GraphModule, bw_io: GraphIO) -> None:
     for gm in (forward, backward):
-        gm.graph.eliminate_dead_code()
+        gm.graph.eliminate_dead_code(is_impure_node=_torch.is_impure)
         gm.recompile()
     program.drop_graph("joint")
     program.set_graph("forward", forward, fw_io)

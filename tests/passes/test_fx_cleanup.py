@@ -23,6 +23,29 @@ def test_dce_removes_unused_values_but_keeps_mutations() -> None:
     assert _targets(program) == ["aten.add_.Tensor", "aten.sin.default"]
 
 
+@torch.library.custom_op("passkit_test::require_finite", mutates_args=())
+def _require_finite(x: torch.Tensor) -> None:
+    if not torch.isfinite(x).all():
+        raise ValueError("not finite")
+
+
+@_require_finite.register_fake
+def _(x: torch.Tensor) -> None:
+    return None
+
+
+def test_dce_keeps_a_call_that_returns_nothing_for_its_effect() -> None:
+    # An op with no result runs only for its effect: an error check (linalg's
+    # _linalg_check_errors, which torch 2.11 does not call effectful, so FX took it for dead).
+    def fn(x):
+        torch.ops.passkit_test.require_finite(x)
+        return x.sin()
+
+    program = program_from_function(fn, [torch.randn(3)])
+    dce(program)
+    assert _targets(program) == ["passkit_test.require_finite.default", "aten.sin.default"]
+
+
 def test_cse_merges_identical_pure_ops_only() -> None:
     def fn(x):
         a, b = x.sin(), x.sin()
