@@ -38,9 +38,16 @@ def test_a_region_marked_per_instance_is_refused_since_torch_stamps_it_with_anot
     marked = torch.compiler.nested_compile_region(lambda self, x: Block.forward(self, x))
     for layer in model:
         layer.forward = types.MethodType(marked, layer)  # type: ignore[method-assign]
+    x = torch.randn(2, 8, requires_grad=True)
+    torch._dynamo.reset()
+    torchs_own_path_is_right = torch.allclose(torch.compile(model, backend="aot_eager")(x), model(x))
+    torch._dynamo.reset()
     compiled = passkit.compile(model, pipeline="training-python", on_error=on_error)
+    if torchs_own_path_is_right:  # torch 2.11: Dynamo gives each call its own layer's parameters
+        torch.testing.assert_close(compiled(x), model(x))
+        return
     with pytest.raises(StampedRegionError) as info:
-        compiled(torch.randn(2, 8, requires_grad=True))
+        compiled(x)
     assert str(info.value) == (
         "passkit: Dynamo's region call for layer fn.1 reads fn.0.lin.weight, another layer's parameter, and none "
         "of its own (torch stamps out a nested_compile_region bound to each instance with the first layer's "
