@@ -270,6 +270,11 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     global DEVICE
     DEVICE = args.device
+    if DEVICE == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error(f"argument --device: cuda is not available on this machine (torch {torch.__version__})")
     if args.child:
         print(json.dumps(child(*args.child, args.steps, args.threads, args.regions_file)))
         return 0

@@ -73,14 +73,15 @@ def test_a_bad_pairs_option_is_a_one_line_error(script, value, message) -> None:
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
-def test_step_time_on_cuda_without_a_gpu_is_a_one_line_error() -> None:
+@pytest.mark.parametrize(("script", "extra"), [("step_time.py", ["--dtype", "bfloat16"]), ("compile_depth.py", [])])
+def test_a_benchmark_on_cuda_without_a_gpu_is_a_one_line_error(script: str, extra: list[str]) -> None:
     import torch
 
-    done = subprocess.run([sys.executable, str(BENCHMARKS / "step_time.py"), "--device", "cuda", "--dtype", "bfloat16"],
+    done = subprocess.run([sys.executable, str(BENCHMARKS / script), "--device", "cuda", *extra],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
-        f"step_time.py: error: argument --device: cuda is not available on this machine (torch {torch.__version__})"
+        f"{script}: error: argument --device: cuda is not available on this machine (torch {torch.__version__})"
     )
 
 
