@@ -21,8 +21,11 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch._ops import OpOverload, OpOverloadPacket
 from torch.utils import _pytree as pytree
 
+from torch._dispatch.python import enable_python_dispatcher as python_dispatcher
+
 from passkit._torch.layouts import LayoutKeepingInterpreter, bodies_keeping_layout, with_layout
 from passkit._torch.random_fills import BERNOULLI_IN_LAYOUT, KeepRandomFillLayout
+from passkit._torch.ops import has_symbolic_sizes
 from passkit._torch.regions import region_schemas_remembered
 from passkit._torch.hops import called_subgraphs, fresh_subgraph_caches, subgraphs_traced_in
 
@@ -176,8 +179,12 @@ def functional_trace(
 
     fake_mode = fake_mode_of(args)
     context = in_fake_mode(fake_mode)
+    # Symbolic sizes trace under the Python dispatcher, as torch's AOT path traces them: its
+    # decompositions keep a size symbolic where torch 2.11's C++ reads it as an int, a guard
+    # that fixed the size (``matmul`` of 4-d tensors; a recompile for every new shape).
+    dispatcher = python_dispatcher() if has_symbolic_sizes(list(args)) else contextlib.nullcontext()
     # A graph's no_grad region that raises midway would leave grad mode off for the caller.
-    with context, fresh_subgraph_caches(), region_schemas_remembered(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
+    with context, dispatcher, fresh_subgraph_caches(), region_schemas_remembered(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
         gm = make_fx(
             functionalized,
             decomposition_table=decompositions or {},
