@@ -19,9 +19,8 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch._ops import OpOverload, OpOverloadPacket
-from torch.utils import _pytree as pytree
-
 from torch._dispatch.python import enable_python_dispatcher as python_dispatcher
+from torch.utils import _pytree as pytree
 
 from passkit._torch.layouts import LayoutKeepingInterpreter, bodies_keeping_layout, with_layout
 from passkit._torch.random_fills import BERNOULLI_IN_LAYOUT, KeepRandomFillLayout
