@@ -374,10 +374,11 @@ def _draw_order_config(graph: GraphModule, options: InductorOptions) -> dict[str
 
     A random op that Inductor runs as ATen's kernel (always on the CPU, everywhere under
     ``fallback_random``) draws from the one global generator, so the order of two draws decides
-    which mask each gets. Inductor's reorderings, for peak memory in its scheduler and for
-    locality after its post-grad passes, do not keep such ops in order. torch 2.11 moved one of
-    GPT-2's dropouts past another, and its loss differed from eager's by 3e-3. A graph with two
-    draws or more is compiled without those reorderings; its numbers are eager's.
+    which mask each gets. Inductor's reorderings may move one draw past another: for peak
+    memory in its scheduler (torch 2.11 and 2.13), and for locality after its post-grad passes
+    (2.11; 2.13 keeps random ops in place there). torch 2.11 moved one of GPT-2's dropouts past
+    another, and its loss differed from eager's by 3e-3. A graph with two draws or more is
+    compiled without those reorderings; its numbers are eager's.
     """
     draws = [n for gm in _torch.graph_and_subgraphs(graph) for n in gm.graph.nodes
              if n.op == "call_function" and n.target is not operator.getitem and _torch.call_draws_random_numbers(n)]
