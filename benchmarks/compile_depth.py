@@ -28,6 +28,7 @@ part of the whole first step that Python's garbage collector took, spread over t
 times their steps head to head (``paired.py``: ``A B B A`` blocks, median of the ratios).
 ``--block-steps N`` times each side N consecutive steps at a time, as a training loop runs them.
 ``--layers-per-region N`` sets the ``regions`` step's ``layers_per_region`` in both modes.
+``--trace-once`` turns on its ``trace_once`` (Dynamo traces each repeated layer once, docs/regions.md).
 ``--device cuda`` puts the models and inputs on the GPU and waits for its work before each clock
 reading (``--threads`` still sets the CPU threads).
 
@@ -51,9 +52,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-def regions_overlay(base: str, layers_per_region: int = 1) -> str:
+def regions_overlay(base: str, layers_per_region: int = 1, trace_once: bool = False) -> str:
     """A pipeline file: ``base`` with the ``regions`` step added, named ``<base>-regions``."""
     option = f"layers_per_region = {layers_per_region}\n" if layers_per_region > 1 else ""
+    option += "trace_once = true\n" if trace_once else ""
     return f"""
 [pipeline]
 name = "{base}-regions"
@@ -205,7 +207,9 @@ def child(workload: str, contender: str, steps: int, threads: int, regions_file:
     reports = getattr(compiled, "passkit_reports", None)
     if reports:
         record = next((r for r in reports[0].records if r.id == "regions"), None)
-        result["regions"] = record.stats.get("repeats") if record is not None and record.status == "ran" else None
+        shown = ("repeats", "joined_marked", "traced_once")
+        result["regions"] = ({k: v for k, v in record.stats.items() if k in shown} or None
+                             if record is not None and record.status == "ran" else None)
         result["stages"] = clock.stages(*first_step, reports[0])
         codegen = next((r for r in reports[0].records if r.id.startswith("codegen") and r.status == "ran"), None)
         result["codegen"] = {k: v for k, v in codegen.stats.items() if isinstance(v, (int, float, str))} if codegen else {}
@@ -266,6 +270,8 @@ def main() -> int:
                         help="with --paired: time each side this many consecutive steps at a time (default 1)")
     parser.add_argument("--layers-per-region", type=int, default=1,
                         help="the regions step's layers_per_region for training-regions (default 1)")
+    parser.add_argument("--trace-once", action="store_true",
+                        help="turn on the regions step's trace_once for training-regions (Dynamo traces each layer once)")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     global DEVICE
@@ -286,7 +292,7 @@ def main() -> int:
             return 2
     with tempfile.TemporaryDirectory() as scratch:
         regions_file = str(Path(scratch) / "training-regions.toml")
-        Path(regions_file).write_text(regions_overlay("training", args.layers_per_region))
+        Path(regions_file).write_text(regions_overlay("training", args.layers_per_region, args.trace_once))
         if args.paired:
             paired(args.paired, args.pairs, args.threads, regions_file, args.block_steps)
             return 0
@@ -299,6 +305,7 @@ def main() -> int:
                     results[workload][contender].append(result)
                     print(f"  round {round_index + 1} {workload} {contender}: {result}", file=sys.stderr, flush=True)
     print_table(results, contenders)
+    print_depth_ratios(results, contenders)
     if args.stages:
         print_stages(results, contenders)
     if args.json:
@@ -329,6 +336,20 @@ def print_table(results: dict[str, dict[str, list[dict[str, Any]]]], contenders:
         found = next((run.get("regions") for run in by_contender.get("training-regions", []) if run.get("regions")), None)
         if found:
             print(f"{'':<9}  regions: {found}")
+
+
+def print_depth_ratios(results: dict[str, dict[str, list[dict[str, Any]]]], contenders: list[str]) -> None:
+    """Each contender's compile at one depth over its compile at a shallower one, round by round
+    (the depths of a round run one after another, so they share the host's state) and the median."""
+    pairs = [(deep, shallow) for deep, shallow in (("stack24", "stack2"), ("stack48", "stack24"))
+             if deep in results and shallow in results]
+    for contender in contenders:
+        for deep, shallow in pairs:
+            ratios = [d["compile_s"] / s["compile_s"] for d, s in zip(results[deep][contender], results[shallow][contender])
+                      if d.get("compile_s") and s.get("compile_s")]
+            if ratios:
+                rounds = ", ".join(f"{r:.2f}" for r in ratios)
+                print(f"{contender}: {deep} / {shallow} compile: median {statistics.median(ratios):.2f} (rounds: {rounds})")
 
 
 def print_stages(results: dict[str, dict[str, list[dict[str, Any]]]], contenders: list[str]) -> None:

@@ -39,8 +39,10 @@ from passkit.recompiles import CompileAnnouncer
 from passkit.report import Report, StepRecord, summary_line
 from passkit.runtime import CompiledProgram
 from passkit.saved_limit import SavedLedger, limited_steps
+from passkit.passes.regions import TRACED_ONCE_NOTE
 from passkit.stamped_regions import StampedRegionError, refuse_regions_reading_other_layers
 from passkit.subclasses import flatten_subclasses, with_subclasses
+from passkit.traced_once import tracing_each_layer_once
 from passkit.user_warnings import warn_at_user_code
 
 __all__ = [
@@ -234,6 +236,7 @@ class PasskitBackend:
         self.fallbacks: list[str] = []
         self.saved_ledger = SavedLedger()  # max_saved across this model's graphs
         self.announcer = CompileAnnouncer()  # what each recompile of a frame changed
+        self.traced_once: list[str] = []  # layer classes Dynamo traces once (passkit.traced_once)
 
     @property
     def pipeline(self) -> Any:
@@ -308,6 +311,8 @@ class PasskitBackend:
         else:
             program = program_from_flat_graph(flat, gm)
             inputs = flat.inputs
+        if self.traced_once:
+            program.notes[TRACED_ONCE_NOTE] = self.traced_once
         self.programs.append(program)
         compiled = compile_program(program, inputs, pipeline, reports=self.reports, progress=self.progress)
         return lifted.bind(with_subclasses(compiled, program)), self.reports[-1]
@@ -349,6 +354,14 @@ def _prepare_steps(pipeline: Any) -> None:
             _prepared.add(id(prepare))
 
 
+def _trace_once_step(pipeline: Any) -> Any:
+    """The enabled ``regions`` step with ``trace_once`` on, if the pipeline has one."""
+    for step in pipeline.steps:
+        if step.pass_.name == "regions" and step.enabled and getattr(step.options, "trace_once", False):
+            return step
+    return None
+
+
 def dynamo_backend(gm: GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable[..., Any]:
     """``torch.compile(m, backend="passkit", mode=..., options=...)``: the default pipeline."""
     return _default_backend()(gm, example_inputs, **kwargs)
@@ -386,6 +399,9 @@ def compile(
     compiled_backend = PasskitBackend(pipeline, progress=progress, **settings)
     _prepare_steps(compiled_backend.pipeline)  # validate the file now, not at the first call
     compiled = torch.compile(model_or_fn, backend=compiled_backend, dynamic=dynamic)
+    regions_step = _trace_once_step(compiled_backend.pipeline)
+    if regions_step is not None and isinstance(model_or_fn, torch.nn.Module):
+        compiled_backend.traced_once = tracing_each_layer_once(compiled, model_or_fn, regions_step.options.min_repeats)
     compiled.passkit_reports = compiled_backend.reports
     compiled.passkit_fallbacks = compiled_backend.fallbacks
     compiled.passkit_backend = compiled_backend

@@ -105,29 +105,71 @@ def _inline_checkpoint_regions(gm: GraphModule) -> int:
 
     regions = [n for n in gm.graph.nodes if n.op == "call_function" and _torch.is_activation_checkpoint(n.target)]
     for region_id, node in enumerate(regions, start=1):
-        body = getattr(gm, node.args[0].target)
-        env = dict(zip((n for n in body.graph.nodes if n.op == "placeholder"), node.args[1:]))
-        results: Any = None
-        with gm.graph.inserting_before(node):
-            for inner in body.graph.nodes:
-                if inner.op == "placeholder":
-                    continue
-                if inner.op == "output":
-                    results = torch.fx.node.map_arg(inner.args[0], lambda n: env[n])
-                    continue
-                copied = gm.graph.node_copy(inner, lambda n: env[n])
-                copied.meta["recompute"] = CheckpointPolicy.PREFER_RECOMPUTE
-                copied.meta["ac_graph_id"] = region_id
-                env[inner] = copied
-        for user in list(node.users):
-            if user.target is operator.getitem:
-                user.replace_all_uses_with(results[user.args[1]])
-                gm.graph.erase_node(user)
-        gm.graph.erase_node(node)
+        def tag(copied: Any, region_id: int = region_id) -> None:
+            copied.meta["recompute"] = CheckpointPolicy.PREFER_RECOMPUTE
+            copied.meta["ac_graph_id"] = region_id
+
+        _inline(gm, node, node.args[1:], tag)
     if regions:
         gm.graph.eliminate_dead_code(is_impure_node=_torch.is_impure)
         gm.recompile()
     return len(regions)
+
+
+def _inline_symbolic_regions(gm: GraphModule) -> int:
+    """Inline the ``invoke_subgraph`` calls of a graph with symbolic sizes.
+
+    A layer marked with ``nested_compile_region`` (by the user, or by the ``regions`` step's
+    ``trace_once``) reaches a recompile with symbolic sizes as a body that takes the sizes and
+    the floats Dynamo left unspecialized as operands. passkit's stages split and call bodies of
+    tensors only (the ``regions`` step outlines no layer with symbolic sizes either), so such a
+    graph is compiled flat, as it would be unmarked.
+    """
+    placeholders = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+    if not _torch.has_symbolic_sizes(placeholders):
+        return 0
+    hop = getattr(torch.ops.higher_order, "invoke_subgraph", None)
+    calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is hop]
+    for node in calls:
+        body = getattr(gm, node.args[0].target)
+        expected = [n.meta.get("example_value") for n in body.graph.nodes if n.op == "placeholder"]
+        _inline(gm, node, [_tensor_read_by_item(operand) if isinstance(value, torch.Tensor) else operand
+                           for operand, value in zip(node.args[2:], expected)])
+    if calls:
+        gm.graph.eliminate_dead_code(is_impure_node=_torch.is_impure)
+        gm.recompile()
+    return len(calls)
+
+
+def _tensor_read_by_item(operand: Any) -> Any:
+    """The tensor behind ``operand`` when it is that tensor's ``.item()``: Dynamo passes a stamped
+    call the float it read out of a 0-dim tensor where the body reads the tensor itself."""
+    if isinstance(operand, torch.fx.Node) and operand.op == "call_method" and operand.target == "item":
+        return operand.args[0]
+    return operand
+
+
+def _inline(gm: GraphModule, node: Any, operands: Sequence[Any], on_copy: Callable[[Any], None] | None = None) -> None:
+    """Put the body ``node`` calls in its place, reading ``operands``; its results' readers read
+    the copied values."""
+    body = getattr(gm, node.args[0].target)
+    env = dict(zip((n for n in body.graph.nodes if n.op == "placeholder"), operands))
+    results: Any = None
+    with gm.graph.inserting_before(node):
+        for inner in body.graph.nodes:
+            if inner.op == "placeholder":
+                continue
+            if inner.op == "output":
+                results = torch.fx.node.map_arg(inner.args[0], lambda n: env[n])
+                continue
+            env[inner] = gm.graph.node_copy(inner, lambda n: env[n])
+            if on_copy is not None:
+                on_copy(env[inner])
+    for user in list(node.users):
+        if user.target is operator.getitem:
+            user.replace_all_uses_with(results[user.args[1]])
+            gm.graph.erase_node(user)
+    gm.graph.erase_node(node)
 
 
 def _fake_inputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[Any], Any]:
@@ -154,6 +196,7 @@ def program_from_graph(
     ``kinds`` names each input's kind; a ``None`` there (or no ``kinds``) is read off the input.
     """
     _inline_checkpoint_regions(gm)
+    _inline_symbolic_regions(gm)
     _torch.specialize_float_inputs(gm)
     fakes, fake_mode = _fake_inputs(gm, real_inputs)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]

@@ -56,8 +56,15 @@ def _body(subgraph: Any) -> Any:
 
 def _operand_key(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
-        return (type(value).__name__, tuple(value.shape), tuple(value.stride()), value.dtype, value.requires_grad)
+        return (type(value).__name__, _sizes_key(value.shape), _sizes_key(value.stride()), value.dtype, value.requires_grad)
+    if isinstance(value, torch.SymInt):
+        return ("SymInt", str(value))
     return (type(value).__name__, repr(value) if isinstance(value, (int, float, bool, str)) else None)
+
+
+def _sizes_key(sizes: Any) -> tuple[Any, ...]:
+    """Sizes or strides as a key: a symbolic one by its expression (a SymInt has no hash)."""
+    return tuple(str(size) if isinstance(size, torch.SymInt) else size for size in sizes)
 
 
 @contextlib.contextmanager

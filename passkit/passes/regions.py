@@ -16,7 +16,9 @@ A layer is left inline when it cannot be outlined safely: it mutates a value fro
 toggles grad mode or another global, carries ``recompute`` tags, takes or returns something other
 than a tensor, or is not a contiguous piece of the graph's dependencies. Regions the user already
 marked with ``torch.compiler.nested_compile_region`` arrive as ``invoke_subgraph`` and stay as
-they are.
+they are; an inline layer that computes what such a body computes joins it. Dynamo leaves one
+inline when its call was the only one of its kind, as the first layer of a marked stack is (its
+input needs no grad, the others' do), and Inductor would otherwise lower that layer on its own.
 """
 
 from __future__ import annotations
@@ -211,29 +213,36 @@ def _body(gm: GraphModule, layer: Layer) -> GraphModule:
     return GraphModule(gm, graph, class_name="Region")
 
 
-def outline(gm: GraphModule, layers: list[Layer], name: str, identifier: str, replaced: dict[Node, Node]) -> None:
-    """Replace each of ``layers`` (all with one key) by ``invoke_subgraph`` on one shared body.
+def outline(gm: GraphModule, layers: list[Layer], name: str, identifier: str, replaced: dict[Node, Node],
+            body: UserBody | None = None) -> None:
+    """Replace each of ``layers`` (all with one key) by ``invoke_subgraph`` on one shared body:
+    a new one named ``name``, or the user's ``body`` (whose ``identifier`` and attribute it keeps).
 
     ``replaced`` maps results of layers outlined before to the values that now stand for them;
     this call adds its own.
     """
-    # The body's placeholders record the operands of the layer that differentiates the most.
-    setattr(gm, name, _body(gm, max(layers, key=_operands_needing_grad)))
+    if body is None:
+        # The body's placeholders record the operands of the layer that differentiates the most.
+        setattr(gm, name, _body(gm, max(layers, key=_operands_needing_grad)))
     hop = torch.ops.higher_order.invoke_subgraph
     for layer in layers:
         members = set(layer.nodes)
         readers = _readers_inside(layer, members)
         anchor = layer.nodes[-1]
         operands = [replaced.get(operand, operand) for operand in layer.operands]
+        if body is not None:
+            operands = [operands[body.operand_of_placeholder[i]] for i in range(len(operands))]
         with gm.graph.inserting_before(anchor):
-            body = gm.graph.get_attr(name)
-            call = gm.graph.call_function(hop, (body, identifier, *operands))
+            call = gm.graph.call_function(hop, (gm.graph.get_attr(name), identifier, *operands))
             call.meta["nn_module_stack"] = _outer_stack(layer.nodes[0], layer.path)
             call.meta["stack_trace"] = layer.nodes[0].meta.get("stack_trace")
             call.meta["example_value"] = tuple(_example(node) for node in layer.results)
+            if body is not None:  # in the order the body returns them
+                call.meta["example_value"] = tuple(call.meta["example_value"][i] for i in body.result_of_output)
             values = []
             for index, result in enumerate(layer.results):
-                value = gm.graph.call_function(operator.getitem, (call, index))
+                output = body.result_of_output.index(index) if body is not None else index
+                value = gm.graph.call_function(operator.getitem, (call, output))
                 value.meta.update({k: v for k, v in result.meta.items() if k in _KEPT_META})
                 values.append(value)
         for result, value in zip(layer.results, values):
@@ -250,6 +259,89 @@ def outline(gm: GraphModule, layers: list[Layer], name: str, identifier: str, re
 
 
 _KEPT_META = ("example_value", "nn_module_stack", "stack_trace")
+
+
+@dataclass
+class UserBody:
+    """A body the user marked, as a layer of its own graph: how its placeholders and outputs line
+    up with the operands and results of an inline layer with the same key."""
+
+    attribute: str
+    identifier: str
+    key: str
+    operand_of_placeholder: list[int]  # placeholder i takes the layer's operand operand_of_placeholder[i]
+    result_of_output: list[int]  # output i is the layer's result result_of_output[i]
+    nodes: int = 0
+
+
+def user_bodies(gm: GraphModule) -> tuple[dict[str, UserBody], dict[str, int]]:
+    """The bodies of ``gm``'s own ``invoke_subgraph`` calls, by key, and how many calls each
+    joined: of the bodies with one key, the one with the most calls is kept, and the calls of the
+    others (torch 2.11 gives a marked layer called once a body of its own, as the first layer of
+    a marked stack is: its input needs no grad) now call it. A body whose placeholders or outputs
+    do not map one to one onto a layer's operands and results is left out, and its calls alone."""
+    calls: dict[str, list[tuple[Node, UserBody]]] = {}
+    described: dict[tuple[str, str], UserBody | None] = {}
+    for node in gm.graph.nodes:
+        if not (_torch.is_higher_order(node.target) and _target_name(node.target).endswith("invoke_subgraph")):
+            continue
+        attribute_node, identifier = node.args[0], node.args[1]
+        if not isinstance(attribute_node, Node) or attribute_node.op != "get_attr" or not isinstance(identifier, str):
+            continue
+        graph_module = getattr(gm, str(attribute_node.target), None)
+        if not isinstance(graph_module, GraphModule):
+            continue
+        seen = (str(attribute_node.target), identifier)
+        if seen not in described:
+            described[seen] = _as_user_body(graph_module, *seen)
+        body = described[seen]
+        if body is not None:
+            calls.setdefault(body.key, []).append((node, body))
+    found: dict[str, UserBody] = {}
+    joined: dict[str, int] = {}
+    for key, key_calls in calls.items():
+        counts: dict[str, int] = {}
+        for _, body in key_calls:
+            counts[body.identifier] = counts.get(body.identifier, 0) + 1
+        kept = next(body for _, body in key_calls if counts[body.identifier] == max(counts.values()))
+        found[key] = kept
+        for call, body in key_calls:
+            if body.identifier != kept.identifier:
+                _redirect(gm, call, body, kept)
+                joined[kept.identifier] = joined.get(kept.identifier, 0) + 1
+    if joined:
+        gm.graph.lint()
+        gm.recompile()
+    return found, joined
+
+
+def _redirect(gm: GraphModule, call: Node, body: UserBody, kept: UserBody) -> None:
+    """Make ``call`` of ``body`` call ``kept`` (same key), its operands and results lined up."""
+    by_operand = {operand: call.args[2 + placeholder] for placeholder, operand in enumerate(body.operand_of_placeholder)}
+    with gm.graph.inserting_before(call):
+        attribute = gm.graph.get_attr(kept.attribute)
+    call.args = (attribute, kept.identifier, *(by_operand[operand] for operand in kept.operand_of_placeholder))
+    output_of = {result: output for output, result in enumerate(kept.result_of_output)}
+    example = call.meta.get("example_value")
+    if isinstance(example, (tuple, list)):
+        call.meta["example_value"] = tuple(example[body.result_of_output.index(r)] for r in kept.result_of_output)
+    for user in list(call.users):
+        if user.target is operator.getitem and isinstance(user.args[1], int):
+            user.args = (call, output_of[body.result_of_output[user.args[1]]])
+
+
+def _as_user_body(body: GraphModule, attribute: str, identifier: str) -> UserBody | None:
+    nodes = [n for n in body.graph.nodes if n.op in ("call_function", "call_method")]
+    placeholders = [n for n in body.graph.nodes if n.op == "placeholder"]
+    outputs = list(body.graph.output_node().args[0]) if nodes else []
+    layer = Layer(attribute, "", "", nodes)
+    if not nodes or not _describe(layer) or len(set(outputs)) != len(outputs):
+        return None
+    if set(layer.operands) != set(placeholders) or set(layer.results) != set(outputs):
+        return None
+    return UserBody(attribute, identifier, layer.key,
+                    [layer.operands.index(p) for p in placeholders],
+                    [layer.results.index(o) for o in outputs], len(nodes))
 
 
 def _readers_inside(layer: Layer, members: set[Node]) -> list[Node]:
@@ -300,14 +392,25 @@ def _merged(layers: list[Layer], size: int) -> list[Layer]:
     return result
 
 
+TRACED_ONCE_NOTE = "traced_once"  # program.notes: the layer classes Dynamo traced once (passkit.traced_once)
+
+
 @graph_pass("regions", requires={"captured"})
 def regions(program: Program, *, min_repeats: int = 2, min_nodes: int = 8,
-            layers_per_region: Annotated[int, pydantic.Strict(), pydantic.Field(ge=1, le=64)] = 1) -> bool:
-    """Outline repeated layers (same code, shapes and dtypes) into shared ``invoke_subgraph`` bodies."""
+            layers_per_region: Annotated[int, pydantic.Strict(), pydantic.Field(ge=1, le=64)] = 1,
+            trace_once: bool = False) -> bool:
+    """Outline repeated layers (same code, shapes and dtypes) into shared ``invoke_subgraph`` bodies.
+
+    ``trace_once``: ``passkit.compile`` has Dynamo trace each repeated layer once
+    (``passkit.traced_once``); this step then joins the layer Dynamo left inline to its body.
+    """
+    if program.notes.get(TRACED_ONCE_NOTE):
+        program.record_stat("traced_once", list(program.notes[TRACED_ONCE_NOTE]))
     if "functional" in program.facts or "main" not in program.graphs:
         program.record_stat("regions", 0)
         return False
     gm = program.graphs["main"]
+    marked, joined = user_bodies(gm)
     singles: dict[tuple[str, str], list[Layer]] = {}
     for layer in find_layers(gm):
         if len(layer.nodes) >= min_nodes:
@@ -318,8 +421,14 @@ def regions(program: Program, *, min_repeats: int = 2, min_nodes: int = 8,
             groups.setdefault((layer.container, layer.key), []).append(layer)
     found: dict[str, int] = {}
     replaced: dict[Node, Node] = {}
-    spared = 0
+    spared = sum(joined.get(body.identifier, 0) * body.nodes for body in marked.values())
     for number, ((container, key), layers) in enumerate(sorted(groups.items(), key=lambda item: item[1][0].nodes[0].name)):
+        if key in marked:
+            body = marked[key]
+            outline(gm, layers, body.attribute, body.identifier, replaced, body)
+            joined[body.identifier] = joined.get(body.identifier, 0) + len(layers)
+            spared += len(layers) * len(layers[0].nodes)
+            continue
         if len(layers) < min_repeats:
             continue
         name = f"passkit_region_{number}"
@@ -330,8 +439,11 @@ def regions(program: Program, *, min_repeats: int = 2, min_nodes: int = 8,
     program.record_stat("regions", len(found))
     if found:
         program.record_stat("repeats", found)
+    if joined:
+        program.record_stat("joined_marked", joined)
+    if found or joined:
         program.record_stat("spared_nodes", spared)
-    return bool(found)
+    return bool(found or joined)
 
 
 def _short(container: str) -> str:

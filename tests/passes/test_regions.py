@@ -274,6 +274,66 @@ def test_annotated_regions_are_kept_as_the_user_marked_them(tmp_path: Path) -> N
     assert compiled.passkit_reports[0].records[0].stats == {"regions": 0}
 
 
+class MarkedBlock(transformer.Block):
+    forward = torch.compiler.nested_compile_region(transformer.Block.forward)
+
+
+def _marked_stack() -> nn.Module:
+    stack = transformer.TransformerStack(4, 32, 4)
+    for block in stack.blocks:
+        block.__class__ = MarkedBlock
+    return stack
+
+
+@pytest.mark.parametrize("overlay", [OVERLAY, TRAINING], ids=["training-python", "training"])
+def test_a_layer_dynamo_left_inline_joins_the_users_marked_body(tmp_path: Path, overlay: str) -> None:
+    # Dynamo inlines the first marked block (its input needs no grad, the others' do): a body used once.
+    record = _compare(_marked_stack, [torch.randn(2, 8, 32)], _pipeline(tmp_path, overlay))
+    assert record.stats == {"regions": 0, "joined_marked": {"subgraph_1": 1}, "spared_nodes": 30}
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["recompiled-symbolic", "dynamic"])
+def test_a_marked_stack_trains_exactly_at_new_batch_sizes(dynamic: bool | None) -> None:
+    # Its body of symbolic sizes reads the sizes and each LayerNorm's eps as operands (and was
+    # handed the float, not the tensor, from the third call on): capture compiles it flat.
+    torch.manual_seed(0)
+    model = _marked_stack()
+    eager = copy.deepcopy(model)
+    compiled = passkit.compile(model, pipeline="training-python", cache="off", dynamic=dynamic)
+    for batch in (2, 3, 5):
+        x = torch.randn(batch, 8, 32)
+        for parameter in [*model.parameters(), *eager.parameters()]:
+            parameter.grad = None
+        out, grads = _step(compiled, [x])
+        expected, expected_grads = _step(eager, [x])
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+        for grad, expected_grad in zip(grads, expected_grads):
+            torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-5)
+
+
+def test_two_marked_functions_with_the_same_code_share_one_body(tmp_path: Path) -> None:
+    def layer(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ w).sin()
+
+    def twin(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ w).sin()
+
+    first, second = torch.compiler.nested_compile_region(layer), torch.compiler.nested_compile_region(twin)
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return second(second(first(first(x, w), w), w), w)
+
+    x, w = torch.randn(4, 6, requires_grad=True), torch.randn(6, 6, requires_grad=True)
+    compiled = passkit.compile(fn, pipeline=_pipeline(tmp_path), cache="off")
+    out = compiled(x, w)
+    grads = torch.autograd.grad(out.sum(), (x, w))
+    expected = fn(x, w)
+    torch.testing.assert_close(out, expected)
+    for grad, expected_grad in zip(grads, torch.autograd.grad(expected.sum(), (x, w))):
+        torch.testing.assert_close(grad, expected_grad)
+    assert compiled.passkit_reports[0].records[0].stats == {"regions": 0, "joined_marked": {"subgraph_0": 2}, "spared_nodes": 6}
+
+
 class AnnotatedDropoutLayers(nn.Module):
     """The user's own regions (``nested_compile_region``), each with dropout."""
 

@@ -1,0 +1,132 @@
+"""The ``regions`` step's ``trace_once``: Dynamo traces each repeated layer once, and training
+stays exact to eager with the user's model unchanged between calls."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import passkit
+from passkit.examples import transformer
+from passkit.traced_once import LayerMarks, repeated_layers
+
+ONCE = """
+[pipeline]
+name = "{base}-once"
+extends = "{base}"
+
+[[steps]]
+pass = "regions"
+before = "functionalize"
+trace_once = true
+"""
+
+
+class DropoutStack(nn.Module):
+    """Four acceptance blocks, each followed by dropout (p=0.1), in an ``nn.ModuleList``."""
+
+    def __init__(self, layers: int = 4, dim: int = 32) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Sequential(transformer.Block(dim, 4), nn.Dropout(0.1)) for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def _pipeline(tmp_path: Path, base: str) -> str:
+    path = tmp_path / f"{base}-once.toml"
+    path.write_text(ONCE.format(base=base))
+    return str(path)
+
+
+def _step(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    for parameter in model.parameters():
+        parameter.grad = None
+    torch.manual_seed(1234)
+    out = model(x)
+    (out * torch.linspace(0.5, 1.5, out.numel()).reshape(out.shape)).sum().backward()
+    return out.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("base", ["training-python", pytest.param("training", marks=pytest.mark.slow)])
+def test_each_layer_traced_once_trains_exactly_and_the_model_keeps_its_classes(tmp_path: Path, base: str) -> None:
+    torch.manual_seed(0)
+    model = DropoutStack()
+    eager = copy.deepcopy(model)
+    compiled = passkit.compile(model, pipeline=_pipeline(tmp_path, base), cache="off")
+    x = torch.randn(2, 16, 32)
+    for _ in range(2):  # the second call runs what the first compiled: no recompile
+        out, grads = _step(compiled, x)
+        expected, expected_grads = _step(eager, x)
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+        for grad, expected_grad in zip(grads, expected_grads):
+            torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-5)
+    assert len(compiled.passkit_reports) == 1
+    assert [type(layer) for layer in model.layers] == [nn.Sequential] * 4
+    record = compiled.passkit_reports[0].records[0]
+    assert record.id == "regions"
+    # Dynamo traced the layer once and stamped it out three times; the first, left inline, joined it.
+    assert record.stats["traced_once"] == ["Sequential"]
+    assert record.stats["joined_marked"] == {"subgraph_1": 1}
+    assert record.stats["regions"] == 0
+
+
+def test_only_the_outermost_repeated_items_are_marked() -> None:
+    model = nn.Sequential(
+        nn.ModuleList(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)) for _ in range(3)),
+        nn.Linear(4, 4),
+    )
+    layers = repeated_layers(model)
+    assert layers == list(model[0])  # the linears inside each item and the lone one stay as they are
+    with LayerMarks(layers):
+        assert all(type(layer) is not nn.Sequential and isinstance(layer, nn.Sequential) for layer in layers)
+        assert type(layers[0]).__qualname__ == "Sequential"
+    assert all(type(layer) is nn.Sequential for layer in layers)
+
+
+def test_a_class_the_user_marked_is_left_to_the_user() -> None:
+    class Marked(nn.Linear):
+        forward = torch.compiler.nested_compile_region(nn.Linear.forward)
+
+    assert repeated_layers(nn.ModuleList(Marked(4, 4) for _ in range(3))) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["gpt2", "encoder_decoder"])
+def test_hugging_face_gpt2_and_an_encoder_decoder_train_exactly_with_each_layer_traced_once(
+        tmp_path: Path, model: str) -> None:
+    from passes.test_regions import EncoderDecoder, GPT2Logits, _compare
+
+    if model == "gpt2":
+        pytest.importorskip("transformers")
+        record = _compare(GPT2Logits, [torch.randint(0, 100, (2, 16))], _pipeline(tmp_path, "training-python"))
+        traced = ["GPT2Block"]
+    else:
+        record = _compare(EncoderDecoder, [torch.randn(2, 8, 32), torch.randn(2, 6, 32)], _pipeline(tmp_path, "training-python"))
+        traced = ["TransformerDecoderLayer", "TransformerEncoderLayer"]
+    assert record.id == "regions"
+    # Every layer's input needs grad here, so Dynamo stamped out all of them: none is left to outline.
+    assert record.stats == {"traced_once": traced, "regions": 0}
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["recompiled-symbolic", "dynamic"])
+def test_new_batch_sizes_train_exactly_with_each_layer_traced_once(tmp_path: Path, dynamic: bool | None) -> None:
+    # A body of symbolic sizes takes the sizes and LayerNorm's eps as operands; capture inlines it.
+    torch.manual_seed(0)
+    model = transformer.TransformerStack(3, 32, 4)
+    eager = copy.deepcopy(model)
+    compiled = passkit.compile(model, pipeline=_pipeline(tmp_path, "training-python"), cache="off", dynamic=dynamic)
+    for batch in (2, 3, 5):
+        x = torch.randn(batch, 8, 32)
+        out, grads = _step(compiled, x)
+        expected, expected_grads = _step(eager, x)
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+        for grad, expected_grad in zip(grads, expected_grads):
+            torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-5)
+    assert len(compiled.passkit_reports) == (2 if dynamic is None else 1)
