@@ -24,6 +24,7 @@ cache entry stores, and Inductor's once-per-process CPU probes run early.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 import threading
 from typing import Any, Iterator
@@ -113,6 +114,13 @@ def start_cpu_probes() -> None:
         cache_info = getattr(valid_vec_isa_list, "cache_info", None)  # a functools cache on 2.11-2.13
         if _probes is not None or torch.cuda.is_available() or cache_info is None or cache_info().currsize:
             return
+
+        # The probes import torch.utils.cpp_extension, and with it setuptools, whose distutils
+        # shim puts a finder into sys.meta_path and takes it out again. An import on another
+        # thread that walks sys.meta_path meanwhile skips a finder, the path finder among them,
+        # and fails: Dynamo's trace, importing torch.distributed.tensor.experimental, did
+        # (ModuleNotFoundError, now and then). So that import happens here, before the thread.
+        importlib.import_module("torch.utils.cpp_extension")
 
         def probe() -> None:
             with contextlib.suppress(Exception):  # Inductor probes again, and reports, when it needs them

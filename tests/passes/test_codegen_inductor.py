@@ -412,6 +412,55 @@ print(len(probes), valid_vec_isa_list.cache_info().currsize)
 """
 
 
+PROBES_LEAVE_META_PATH_CHILD = """
+import sys
+import threading
+
+import torch
+
+
+class Watched(list):
+    \"\"\"sys.meta_path, noting every change made on a thread other than the main one.\"\"\"
+
+    changed_elsewhere = []
+
+    def insert(self, *args):
+        self._note("insert")
+        super().insert(*args)
+
+    def remove(self, *args):
+        self._note("remove")
+        super().remove(*args)
+
+    def _note(self, what):
+        if threading.current_thread() is not threading.main_thread():
+            self.changed_elsewhere.append((what, threading.current_thread().name))
+
+
+sys.meta_path = Watched(sys.meta_path)
+from passkit._torch import inductor_warm
+
+inductor_warm.start_cpu_probes()
+probes = [t for t in threading.enumerate() if t.name == "passkit-inductor-cpu-probes"]
+for probe in probes:
+    probe.join(300)
+print(len(probes), Watched.changed_elsewhere)
+"""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA present the first kernels are Triton's: no CPU probes")
+def test_the_probe_thread_leaves_the_import_system_alone_while_dynamo_imports(tmp_path) -> None:
+    # setuptools' distutils shim, imported with the probes, takes a finder in and out of
+    # sys.meta_path: on the probe thread that made Dynamo's own imports fail now and then.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", PROBES_LEAVE_META_PATH_CHILD], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[0] == "1 []"
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA present the first kernels are Triton's: no CPU probes")
 def test_building_the_backend_runs_inductors_cpu_probes_on_a_thread_before_any_graph(tmp_path) -> None:
     # Inductor probes the CPU's vector instructions (a compiler run and a fresh Python process per
