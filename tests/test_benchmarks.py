@@ -102,3 +102,31 @@ def test_call_overhead_calls_the_program_dynamo_calls_with_the_inputs_it_passes(
     (direct,) = program(*inputs)
     torch.testing.assert_close(direct, model(x))
     assert CompiledProgram.__call__.__name__ == "__call__"  # the spy is gone
+
+
+def test_compile_depth_prints_each_rounds_depth_ratio_and_their_median(monkeypatch, capsys) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import compile_depth
+
+    results = {
+        "stack2": {"training-regions": [{"compile_s": 2.0}, {"compile_s": 4.0}]},
+        "stack24": {"training-regions": [{"compile_s": 3.0}, {"compile_s": 5.0}]},
+        "stack48": {"training-regions": [{"compile_s": 3.9}, {"error": "failed"}]},
+    }
+    compile_depth.print_depth_ratios(results, ["training-regions"])
+    assert capsys.readouterr().out.splitlines() == [
+        "training-regions: stack24 / stack2 compile: median 1.38 (rounds: 1.50, 1.25)",
+        "training-regions: stack48 / stack24 compile: median 1.30 (rounds: 1.30)",  # a failed round has no ratio
+    ]
+
+
+def test_compile_depths_trace_once_overlay_turns_the_option_on(monkeypatch, tmp_path) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import compile_depth
+
+    import passkit
+
+    path = tmp_path / "overlay.toml"
+    path.write_text(compile_depth.regions_overlay("training", trace_once=True))
+    step = next(s for s in passkit.load_pipeline(str(path)).steps if s.id == "regions")
+    assert step.options.trace_once is True
