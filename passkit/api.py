@@ -33,13 +33,13 @@ from passkit.capture import program_from_flat_graph, program_from_graph
 from passkit.compile_options import apply_mode, record_report, split_options, warn_at_recompile_limit
 from passkit.errors import PasskitError
 from passkit.graph_attributes import lift_attributes
+from passkit.passes.regions import TRACED_ONCE_NOTE
 from passkit.program import Program
 from passkit.progress import ProgressEvent, log_event, send
 from passkit.recompiles import CompileAnnouncer
 from passkit.report import Report, StepRecord, summary_line
 from passkit.runtime import CompiledProgram
 from passkit.saved_limit import SavedLedger, limited_steps
-from passkit.passes.regions import TRACED_ONCE_NOTE
 from passkit.stamped_regions import StampedRegionError, refuse_regions_reading_other_layers
 from passkit.subclasses import flatten_subclasses, with_subclasses
 from passkit.traced_once import tracing_each_layer_once

@@ -320,7 +320,10 @@ def _redirect(gm: GraphModule, call: Node, body: UserBody, kept: UserBody) -> No
     by_operand = {operand: call.args[2 + placeholder] for placeholder, operand in enumerate(body.operand_of_placeholder)}
     with gm.graph.inserting_before(call):
         attribute = gm.graph.get_attr(kept.attribute)
+    former = call.args[0]
     call.args = (attribute, kept.identifier, *(by_operand[operand] for operand in kept.operand_of_placeholder))
+    if isinstance(former, Node) and not former.users:
+        gm.graph.erase_node(former)
     output_of = {result: output for output, result in enumerate(kept.result_of_output)}
     example = call.meta.get("example_value")
     if isinstance(example, (tuple, list)):
