@@ -62,7 +62,13 @@ def _markable(kind: type) -> bool:
     forward = getattr(kind, "forward", None)
     if not callable(forward) or forward is nn.Module.forward:
         return False
-    return not hasattr(forward, "__marked_compile_region_fn__")  # the user marked it already
+    if hasattr(forward, "__marked_compile_region_fn__"):  # the user marked it already
+        return False
+    try:
+        _marked(kind)
+    except Exception:  # noqa: BLE001 - a class that refuses subclasses is traced as it is
+        return False
+    return True
 
 
 def _marked(kind: type) -> type:

@@ -90,6 +90,20 @@ def test_only_the_outermost_repeated_items_are_marked() -> None:
     assert all(type(layer) is nn.Sequential for layer in layers)
 
 
+def test_a_layer_class_that_refuses_subclasses_is_traced_as_it_is(tmp_path: Path) -> None:
+    class Sealed(nn.Linear):
+        def __init_subclass__(cls, **kwargs: object) -> None:
+            raise TypeError("Sealed takes no subclasses")
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*(Sealed(8, 8) for _ in range(3)))
+    assert repeated_layers(model) == []
+    compiled = passkit.compile(copy.deepcopy(model), pipeline=_pipeline(tmp_path, "training-python"), cache="off")
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(compiled(x), model(x))
+    assert "traced_once" not in compiled.passkit_reports[0].records[0].stats
+
+
 def test_a_class_the_user_marked_is_left_to_the_user() -> None:
     class Marked(nn.Linear):
         forward = torch.compiler.nested_compile_region(nn.Linear.forward)
