@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx
-from torch.fx import GraphModule
+from torch.fx import GraphModule, Node
 
 from passkit._torch.inductor_cache import fakes_with_shape_env, static_input_specs
 from passkit._torch.inductor_warm import GraphKey, cpu_probes_settled, graph_key_given, graph_key_of, start_cpu_probes
@@ -155,7 +155,10 @@ def inductor_compile(
         donated = []
     cpu_probes_settled()
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    output.meta["user_visible_output_idxs"] = list(user_visible_output_idxs)
+    # Only a Node has strides to keep: Inductor's padding pass (on for GPUs) dereferences every
+    # visible output, and a backward's gradient for an operand that needs none is a None.
+    results = output.args[0] if isinstance(output.args[0], (list, tuple)) else output.args
+    output.meta["user_visible_output_idxs"] = [i for i in user_visible_output_idxs if isinstance(results[i], Node)]
     fake_mode = fake_mode_of(example_inputs) or new_fake_mode()
     if fake_mode.shape_env is None:  # Inductor's FX graph cache bypasses graphs without one
         specs = static_input_specs(example_inputs)

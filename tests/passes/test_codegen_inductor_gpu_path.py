@@ -136,3 +136,59 @@ def test_gpu_kernels_are_waited_for_as_each_graph_compiles(monkeypatch) -> None:
     with _torch.kernels_compiled_together(device_type="cpu"):
         assert AsyncCompile.wait is not inductors_wait
     assert AsyncCompile.wait is inductors_wait
+
+
+class _MaskedLayer(torch.nn.Module):
+    """A layer that reads a mask needing no gradient: its body's backward returns None for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(16)
+        self.up = torch.nn.Linear(16, 32)
+        self.down = torch.nn.Linear(32, 16)
+        self.out_norm = torch.nn.LayerNorm(16)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        hidden = torch.nn.functional.gelu(self.up(self.norm(x))).masked_fill(mask, 0.0)
+        x = x + self.down(hidden)
+        return x + 0.1 * torch.tanh(self.out_norm(x))
+
+
+class _MaskedStack(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_MaskedLayer() for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = x[..., :1] > 1.0
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+
+@pytest.mark.parametrize("region_calls", ["python", "inductor"])
+def test_a_body_with_no_gradient_for_an_operand_compiles_with_gpu_padding(tmp_path, region_calls) -> None:
+    # On a GPU, Inductor pads strides (comprehensive_padding, off on the CPU) and reads the strides
+    # of every output marked visible; a None gradient marked so failed GPT-2's backward there
+    # ("'NoneType' object has no attribute 'target'").
+    import copy
+
+    from torch._inductor import config as inductor_config
+
+    from tiny_programs import regions_overlay
+
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(regions_overlay("training", "training-regions")
+                        + f'\n[override."codegen.inductor"]\nregion_calls = "{region_calls}"\n')
+    torch.manual_seed(0)
+    model = _MaskedStack()
+    eager = copy.deepcopy(model)
+    x = torch.randn(4, 8, 16)
+    with inductor_config.patch(comprehensive_padding=True, disable_padding_cpu=False):
+        compiled = passkit.compile(model, pipeline=str(pipeline), cache="off", on_error="raise")
+        compiled(x).pow(2).sum().backward()
+    eager(x).pow(2).sum().backward()
+    regions = [r for r in compiled.passkit_reports[0].records if r.id == "regions"]
+    assert regions[0].stats["repeats"], "no region was outlined"
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
