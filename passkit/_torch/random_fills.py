@@ -1,6 +1,7 @@
 """Own the random fills tracing must keep: ``t.bernoulli_(p)`` on a non-contiguous ``t``
 functionalized into ``passkit::bernoulli_in_layout``, which draws into ``t``'s own layout as
-eager does (``KeepRandomFillLayout``, the mode ``functional_trace`` runs under).
+eager does, and composite ops (dropout) inside a higher-order op's body decomposed as eager
+decomposes them (``KeepRandomFillLayout``, the mode ``functional_trace`` runs under).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch._C import DispatchKey
 from torch._ops import HigherOrderOperator
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -39,6 +41,15 @@ class KeepRandomFillLayout(TorchDispatchMode):
     draws into ``empty_like`` of a transposed activation). ``passkit::bernoulli_in_layout``
     runs the in-place op on a fresh tensor of ``t``'s strides, so it draws what eager draws.
     The other in-place random ops' functional forms clone ``t`` and keep its layout already.
+
+    A composite op (dropout, attention) reaches the mode whole only inside a higher-order op's
+    body (``invoke_subgraph``), which torch traces with autograd below it. Functionalization
+    would then decompose it with torch's Python decomposition where one exists, and the ops it
+    decomposes into would pass the mode by. Dropout became ATen's ``native_dropout``: the same
+    draws, but a kernel the graph around does not run (GPT-2's bodies stepped 5% slower than its
+    layers inline). The mode runs ATen's C++ decomposition instead, as eager and the graph
+    around the body do (dropout: ``bernoulli_`` and a scale Inductor fuses on the CPU;
+    ``native_dropout`` where ATen fuses it, on CUDA).
     """
 
     # Higher-order ops (cond, while_loop, flex_attention, ...) come here too, rather than failing
@@ -54,4 +65,17 @@ class KeepRandomFillLayout(TorchDispatchMode):
             if target.layout == torch.strided and not target.is_contiguous():
                 p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
                 return target.copy_(BERNOULLI_IN_LAYOUT(target, p))
+        if _decomposed_by_aten(func):
+            with self:  # the ops it decomposes into come back here, as in the graph around
+                return func._op_dk(DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
         return func(*args, **kwargs)
+
+
+def _decomposed_by_aten(func: Any) -> bool:
+    """Whether ``func`` reached the mode whole where autograd would have decomposed it with
+    ATen's C++ kernel: a composite op, traced without the Python dispatcher (which prefers
+    torch's Python decompositions, in the graph around too)."""
+    return (isinstance(func, torch._ops.OpOverload)
+            and not torch._C._dispatch_tls_is_dispatch_key_included(DispatchKey.PythonDispatcher)
+            and torch._C._dispatch_has_kernel(func.name())  # not prim::device and the like
+            and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), DispatchKey.CompositeImplicitAutograd))

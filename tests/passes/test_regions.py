@@ -203,6 +203,26 @@ def test_block_stack_with_dropout_trains_exactly_on_training_with_regions(tmp_pa
     assert record.stats["repeats"] == {"layers.* (DropoutBlock, 31 nodes)": 4}
 
 
+def test_dropout_in_a_body_is_drawn_as_in_the_graph_around_it(tmp_path: Path) -> None:
+    # torch functionalizes a body with autograd below it, where its Python decomposition of
+    # dropout gave ATen's native_dropout: the same draws, but a kernel the layers inline do not
+    # run (GPT-2's step with regions was 5% slower). The body draws with bernoulli, as eager.
+    torch.manual_seed(0)
+    eager = Stack(3)
+    compiled = passkit.compile(copy.deepcopy(eager), pipeline=_pipeline(tmp_path, TRAINING), cache="off",
+                               dump="all", dump_dir=str(tmp_path / "dump"))
+    x = torch.randn(2, 16, 32)
+    out, grads = _step(compiled, [x])
+    expected, expected_grads = _step(eager, [x])
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-5)
+    forward = next((tmp_path / "dump").glob("*/*-fx.dce-forward.py")).read_text()  # what Inductor gets
+    assert "invoke_subgraph" in forward
+    assert "native_dropout" not in forward
+    assert forward.count("bernoulli") >= 3  # two in the body, one more for the first layer or its call
+
+
 @pytest.mark.slow
 def test_encoder_decoder_trains_exactly_on_training_with_regions(tmp_path: Path) -> None:
     record = _compare(EncoderDecoder, [torch.randn(2, 8, 32), torch.randn(2, 6, 32)], _pipeline(tmp_path, TRAINING))
