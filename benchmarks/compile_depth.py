@@ -6,8 +6,8 @@ their default settings otherwise (attention implementation, dropout, activations
 hidden size (GPT-2: 128, 4 heads; Llama: 128, 4 heads, MLP 344), vocabulary 1000, input (4, 64).
 
 Contenders: ``eager``; ``inductor`` (``torch.compile``); ``training`` (passkit's default
-pipeline); ``training-regions`` (the same with the ``regions`` step
-added: repeated layers outlined, docs/regions.md).
+pipeline, whose ``regions`` step outlines repeated layers, docs/regions.md); ``training-no-regions``
+(the same with that step disabled).
 
 Method: every compile runs in a fresh subprocess with ``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``,
 a fresh ``TORCHINDUCTOR_CACHE_DIR`` and a fresh ``PASSKIT_CACHE_DIR``; the subprocess first pays
@@ -24,16 +24,16 @@ pipeline step, and ``after`` (from the end of the pipeline to the end of the fir
 guards, the first forward and backward, and the wait for kernels still compiling); ``gc`` is the
 part of the whole first step that Python's garbage collector took, spread over the others.
 
-``--paired WORKLOAD`` instead compiles ``training-regions`` and ``training`` in one process and
+``--paired WORKLOAD`` instead compiles ``training`` and ``training-no-regions`` in one process and
 times their steps head to head (``paired.py``: ``A B B A`` blocks, median of the ratios).
 ``--block-steps N`` times each side N consecutive steps at a time, as a training loop runs them.
 ``--layers-per-region N`` sets the ``regions`` step's ``layers_per_region`` in both modes.
-``--trace-once`` turns on its ``trace_once`` (Dynamo traces each repeated layer once, docs/regions.md).
+``--no-trace-once`` turns off its ``trace_once`` (Dynamo traces each repeated layer once, docs/regions.md).
 ``--device cuda`` puts the models and inputs on the GPU and waits for its work before each clock
 reading (``--threads`` still sets the CPU threads).
 
 Run: ``python benchmarks/compile_depth.py [--workloads stack2,stack8,stack24,stack48,gpt2,llama]
-[--contenders eager,inductor,training-regions,training] [--rounds 1] [--steps 5] [--threads 2]
+[--contenders eager,inductor,training,training-no-regions] [--rounds 1] [--steps 5] [--threads 2]
 [--stages] [--device cpu] [--json OUT]`` or ``python benchmarks/compile_depth.py --paired stack24 [--pairs 20]``.
 """
 
@@ -52,22 +52,25 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-def regions_overlay(base: str, layers_per_region: int = 1, trace_once: bool = False) -> str:
-    """A pipeline file: ``base`` with the ``regions`` step added, named ``<base>-regions``."""
-    option = f"layers_per_region = {layers_per_region}\n" if layers_per_region > 1 else ""
-    option += "trace_once = true\n" if trace_once else ""
-    return f"""
-[pipeline]
-name = "{base}-regions"
-extends = "{base}"
+def regions_overlay(base: str, layers_per_region: int = 1, trace_once: bool | None = None) -> str:
+    """A pipeline file: ``base`` with the ``regions`` step on, named ``<base>-regions``; an option
+    given here is set, the others keep the base's values (or the step's defaults, added here)."""
+    import passkit
 
-[[steps]]
-pass = "regions"
-before = "functionalize"
-{option}"""
+    options = f"layers_per_region = {layers_per_region}\n" if layers_per_region > 1 else ""
+    options += "" if trace_once is None else f"trace_once = {str(trace_once).lower()}\n"
+    head = f'[pipeline]\nname = "{base}-regions"\nextends = "{base}"\n\n'
+    if any(step.id == "regions" for step in passkit.load_pipeline(base).steps):
+        return head + f"[override.regions]\nenabled = true\n{options}"
+    return head + f'[[steps]]\npass = "regions"\nbefore = "functionalize"\n{options}'
 
 
-CONTENDERS = ["eager", "inductor", "training-regions", "training"]
+def no_regions_overlay(base: str) -> str:
+    """A pipeline file: ``base`` without its ``regions`` step, named ``<base>-no-regions``."""
+    return f'[pipeline]\nname = "{base}-no-regions"\nextends = "{base}"\ndisable = ["regions"]\n'
+
+
+CONTENDERS = ["eager", "inductor", "training", "training-no-regions"]
 WORKLOADS = ["stack2", "stack8", "stack24", "stack48", "gpt2", "llama"]
 
 
@@ -110,7 +113,8 @@ def _built(name: str) -> tuple[Any, tuple[Any, ...]]:
     return LM(model), (torch.randint(0, 1000, (4, 64)),)
 
 
-def compiler(contender: str, regions_file: str, progress: Any = None) -> Callable[[Any], Any]:
+def compiler(contender: str, pipelines: str, progress: Any = None) -> Callable[[Any], Any]:
+    """How ``contender`` compiles a model; passkit's contenders read their files in ``pipelines``."""
     import torch
 
     import passkit
@@ -119,8 +123,15 @@ def compiler(contender: str, regions_file: str, progress: Any = None) -> Callabl
         return lambda m: m
     if contender == "inductor":
         return lambda m: torch.compile(m, backend="inductor")
-    pipeline = "training" if contender == "training" else regions_file
+    pipeline = str(Path(pipelines) / f"{contender}.toml")
     return lambda m: passkit.compile(m, pipeline=pipeline, cache="off", progress=progress)
+
+
+def write_pipelines(folder: str, layers_per_region: int = 1, trace_once: bool | None = None) -> None:
+    """The passkit contenders' files: ``training`` with the regions options asked for, and
+    ``training-no-regions``."""
+    Path(folder, "training.toml").write_text(regions_overlay("training", layers_per_region, trace_once))
+    Path(folder, "training-no-regions.toml").write_text(no_regions_overlay("training"))
 
 
 class StageClock:
@@ -180,18 +191,18 @@ def train_step(model: Any, inputs: tuple[Any, ...]) -> None:
         torch.cuda.synchronize()  # a step ends when the GPU has done its work
 
 
-def child(workload: str, contender: str, steps: int, threads: int, regions_file: str) -> dict[str, Any]:
+def child(workload: str, contender: str, steps: int, threads: int, pipelines: str) -> dict[str, Any]:
     """One cold compile and ``steps`` timed steps, in this (fresh) process."""
     import torch
 
     torch.set_num_threads(threads)
-    compile_fn = compiler(contender, regions_file)
+    compile_fn = compiler(contender, pipelines)
     tiny = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU(), torch.nn.Linear(16, 8))
     train_step(compile_fn(tiny.to(DEVICE)), (torch.randn(4, 8, device=DEVICE),))  # first-use costs, outside the figure
     torch._dynamo.reset()
     model, inputs = build(workload)
     clock = StageClock()
-    compiled = compiler(contender, regions_file, progress=clock)(model)
+    compiled = compiler(contender, pipelines, progress=clock)(model)
     with clock:
         started = time.perf_counter()
         train_step(compiled, inputs)
@@ -216,12 +227,12 @@ def child(workload: str, contender: str, steps: int, threads: int, regions_file:
     return result
 
 
-def run_child(workload: str, contender: str, steps: int, threads: int, regions_file: str) -> dict[str, Any]:
+def run_child(workload: str, contender: str, steps: int, threads: int, pipelines: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as scratch:
         env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "PASSKIT_CACHE_DIR": f"{scratch}/passkit",
                "TORCHINDUCTOR_CACHE_DIR": f"{scratch}/inductor", "PYTHONWARNINGS": "ignore"}
         command = [sys.executable, __file__, "--child", workload, contender, "--steps", str(steps),
-                   "--threads", str(threads), "--regions-file", regions_file, "--device", DEVICE]
+                   "--threads", str(threads), "--pipelines", pipelines, "--device", DEVICE]
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
@@ -230,8 +241,8 @@ def run_child(workload: str, contender: str, steps: int, threads: int, regions_f
     return json.loads(lines[-1])
 
 
-def paired(workload: str, pairs: int, threads: int, regions_file: str, block: int = 1) -> None:
-    """Steps of ``training-regions`` against ``training``, head to head, each side ``block``
+def paired(workload: str, pairs: int, threads: int, pipelines: str, block: int = 1) -> None:
+    """Steps of ``training`` against ``training-no-regions``, head to head, each side ``block``
     consecutive steps at a time (1: single steps, each starting on the other program's caches)."""
     import torch
 
@@ -240,8 +251,8 @@ def paired(workload: str, pairs: int, threads: int, regions_file: str, block: in
     torch.set_num_threads(threads)
     os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
     model, inputs = build(workload)
-    regions = compiler("training-regions", regions_file)(copy.deepcopy(model))
-    flat = compiler("training", regions_file)(copy.deepcopy(model))
+    regions = compiler("training", pipelines)(copy.deepcopy(model))
+    flat = compiler("training-no-regions", pipelines)(copy.deepcopy(model))
     for compiled in (regions, flat, regions, flat):
         train_step(compiled, inputs)
     def steps(compiled: Any) -> Callable[[], None]:
@@ -249,7 +260,7 @@ def paired(workload: str, pairs: int, threads: int, regions_file: str, block: in
 
     ratio = head_to_head(steps(regions), steps(flat), pairs, min_seconds=3.0)
     blocks = "" if block == 1 else f", blocks of {block} steps"
-    print(f"{workload}: step of training-regions / training, head to head{blocks}: {ratio} ({ratio.pairs} pairs)")
+    print(f"{workload}: step of training / training-no-regions, head to head{blocks}: {ratio} ({ratio.pairs} pairs)")
 
 
 def main() -> int:
@@ -265,13 +276,13 @@ def main() -> int:
     parser.add_argument("--stages", action="store_true", help="also print where each passkit compile went")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the models run (default cpu)")
     parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "CONTENDER"), help=argparse.SUPPRESS)
-    parser.add_argument("--regions-file", help=argparse.SUPPRESS)
+    parser.add_argument("--pipelines", help=argparse.SUPPRESS)
     parser.add_argument("--block-steps", type=int, default=1,
                         help="with --paired: time each side this many consecutive steps at a time (default 1)")
     parser.add_argument("--layers-per-region", type=int, default=1,
-                        help="the regions step's layers_per_region for training-regions (default 1)")
-    parser.add_argument("--trace-once", action="store_true",
-                        help="turn on the regions step's trace_once for training-regions (Dynamo traces each layer once)")
+                        help="the regions step's layers_per_region for training (default 1)")
+    parser.add_argument("--no-trace-once", action="store_true",
+                        help="turn off the regions step's trace_once for training (Dynamo then traces every layer)")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     global DEVICE
@@ -282,7 +293,7 @@ def main() -> int:
         if not torch.cuda.is_available():
             parser.error(f"argument --device: cuda is not available on this machine (torch {torch.__version__})")
     if args.child:
-        print(json.dumps(child(*args.child, args.steps, args.threads, args.regions_file)))
+        print(json.dumps(child(*args.child, args.steps, args.threads, args.pipelines)))
         return 0
     workloads = [w for w in args.workloads.split(",") if w]
     contenders = [c for c in args.contenders.split(",") if c]
@@ -291,17 +302,16 @@ def main() -> int:
             print(f"compile_depth.py: unknown workload or contender {name!r}", file=sys.stderr)
             return 2
     with tempfile.TemporaryDirectory() as scratch:
-        regions_file = str(Path(scratch) / "training-regions.toml")
-        Path(regions_file).write_text(regions_overlay("training", args.layers_per_region, args.trace_once))
+        write_pipelines(scratch, args.layers_per_region, False if args.no_trace_once else None)
         if args.paired:
-            paired(args.paired, args.pairs, args.threads, regions_file, args.block_steps)
+            paired(args.paired, args.pairs, args.threads, scratch, args.block_steps)
             return 0
         results: dict[str, dict[str, list[dict[str, Any]]]] = {w: {c: [] for c in contenders} for w in workloads}
         for round_index in range(args.rounds):
             for workload in workloads:
                 shift = round_index % len(contenders)
                 for contender in contenders[shift:] + contenders[:shift]:
-                    result = run_child(workload, contender, args.steps, args.threads, regions_file)
+                    result = run_child(workload, contender, args.steps, args.threads, scratch)
                     results[workload][contender].append(result)
                     print(f"  round {round_index + 1} {workload} {contender}: {result}", file=sys.stderr, flush=True)
     print_table(results, contenders)
@@ -333,7 +343,7 @@ def print_table(results: dict[str, dict[str, list[dict[str, Any]]]], contenders:
             cells.append(f"  {(f'{compile_s:.1f} s' if compile_s else 'failed') + ratio:>24}  "
                          f"{(f'{step_s * 1000:.1f} ms' if step_s else '-'):>20}")
         print(f"{workload:<9}" + "".join(cells))
-        found = next((run.get("regions") for run in by_contender.get("training-regions", []) if run.get("regions")), None)
+        found = next((run.get("regions") for run in by_contender.get("training", []) if run.get("regions")), None)
         if found:
             print(f"{'':<9}  regions: {found}")
 

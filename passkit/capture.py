@@ -111,7 +111,7 @@ def _inline_checkpoint_regions(gm: GraphModule) -> int:
 
         _inline(gm, node, node.args[1:], tag)
     if regions:
-        gm.graph.eliminate_dead_code(is_impure_node=_torch.is_impure)
+        gm.graph.eliminate_dead_code(is_impure_node=_kept_by_dce)
         gm.recompile()
     return len(regions)
 
@@ -136,9 +136,58 @@ def _inline_symbolic_regions(gm: GraphModule) -> int:
         _inline(gm, node, [_tensor_read_by_item(operand) if isinstance(value, torch.Tensor) else operand
                            for operand, value in zip(node.args[2:], expected)])
     if calls:
-        gm.graph.eliminate_dead_code(is_impure_node=_torch.is_impure)
+        gm.graph.eliminate_dead_code(is_impure_node=_kept_by_dce)
         gm.recompile()
     return len(calls)
+
+
+def _inline_regions_that_write_operands(gm: GraphModule) -> int:
+    """Inline the ``invoke_subgraph`` calls whose body writes into an operand or what may be a
+    view of one (an in-place op, batch norm's running statistics): torch trains no such body
+    ("does not currently support training with in-place input or buffer mutations"). A layer
+    the ``regions`` step's ``trace_once`` marked is then traced inline, as the step leaves such
+    a layer; one the user marked too, where torch would stop."""
+    hop = getattr(torch.ops.higher_order, "invoke_subgraph", None)
+    calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is hop
+             and _writes_an_operand(getattr(gm, n.args[0].target))]
+    for node in calls:
+        _inline(gm, node, list(node.args[2:]))
+    if calls:
+        gm.graph.eliminate_dead_code(is_impure_node=_kept_by_dce)
+        gm.recompile()
+    return len(calls)
+
+
+def _writes_an_operand(body: GraphModule) -> bool:
+    operands = {n for n in body.graph.nodes if n.op == "placeholder"}
+    reached = set(operands)  # the operands and anything made from one: it may be a view of it
+    for node in body.graph.nodes:
+        if node.op not in ("call_function", "call_method") or not node.args:
+            continue
+        if _writes_in_place(node) and node.args[0] in reached:
+            return True
+        if "batch_norm" in _name(node) and any(a in operands for a in node.args[1:3]):
+            return True
+        if node.args[0] in reached:
+            reached.add(node)
+    return False
+
+
+def _name(node: Any) -> str:
+    return node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+
+
+def _writes_in_place(node: Any) -> bool:
+    """An in-place op, method or operator on Dynamo's graph (``x.mul_``, ``x += y``, ``x[i] = y``)."""
+    name = _name(node)
+    return (_torch.mutates(node) or (name.endswith("_") and not name.startswith("__"))
+            or node.target is operator.setitem
+            or (getattr(node.target, "__module__", "") == "_operator" and name.startswith("i")))
+
+
+def _kept_by_dce(node: Any) -> bool:
+    """What dead-code elimination keeps after inlining: FX keeps no unread in-place method call."""
+    return _torch.is_impure(node) or (node.op in ("call_function", "call_method") and _writes_in_place(node))
 
 
 def _tensor_read_by_item(operand: Any) -> Any:
@@ -197,6 +246,7 @@ def program_from_graph(
     """
     _inline_checkpoint_regions(gm)
     _inline_symbolic_regions(gm)
+    _inline_regions_that_write_operands(gm)
     _torch.specialize_float_inputs(gm)
     fakes, fake_mode = _fake_inputs(gm, real_inputs)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]

@@ -8,7 +8,9 @@ every later call whose inputs match. ``passkit.compile`` therefore marks the lay
 duration of each call of the compiled module:
 
 - A layer is an item of an ``nn.ModuleList`` or ``nn.Sequential`` whose class appears there at
-  least ``min_repeats`` times (the outermost such item: a layer inside a layer is not marked).
+  least ``min_repeats`` times (the outermost such item: a layer inside a layer is not marked),
+  and that holds modules of its own: a leaf (``Linear``, ``ReLU``) is a few ops, which the
+  ``regions`` step would leave inline, and a call per leaf would cost steps.
 - Its class is swapped for a subclass with the same names whose ``forward`` is marked, and put
   back when the call returns, so the user's model is unchanged between calls. The mark must be on
   the class: a mark bound to each instance makes torch stamp out the first layer's parameters
@@ -48,7 +50,8 @@ def repeated_layers(model: nn.Module, min_repeats: int = 2) -> list[nn.Module]:
         items = list(module.named_children())
         for item_name, item in items:
             kind = _original(type(item))
-            if _markable(kind) and sum(_original(type(other)) is kind for _, other in items) >= min_repeats:
+            if (next(item.children(), None) is not None and _markable(kind)
+                    and sum(_original(type(other)) is kind for _, other in items) >= min_repeats):
                 layers.append(item)
                 inside.add(f"{name}.{item_name}" if name else item_name)
     return layers

@@ -109,24 +109,45 @@ def test_compile_depth_prints_each_rounds_depth_ratio_and_their_median(monkeypat
     import compile_depth
 
     results = {
-        "stack2": {"training-regions": [{"compile_s": 2.0}, {"compile_s": 4.0}]},
-        "stack24": {"training-regions": [{"compile_s": 3.0}, {"compile_s": 5.0}]},
-        "stack48": {"training-regions": [{"compile_s": 3.9}, {"error": "failed"}]},
+        "stack2": {"training": [{"compile_s": 2.0}, {"compile_s": 4.0}]},
+        "stack24": {"training": [{"compile_s": 3.0}, {"compile_s": 5.0}]},
+        "stack48": {"training": [{"compile_s": 3.9}, {"error": "failed"}]},
     }
-    compile_depth.print_depth_ratios(results, ["training-regions"])
+    compile_depth.print_depth_ratios(results, ["training"])
     assert capsys.readouterr().out.splitlines() == [
-        "training-regions: stack24 / stack2 compile: median 1.38 (rounds: 1.50, 1.25)",
-        "training-regions: stack48 / stack24 compile: median 1.30 (rounds: 1.30)",  # a failed round has no ratio
+        "training: stack24 / stack2 compile: median 1.38 (rounds: 1.50, 1.25)",
+        "training: stack48 / stack24 compile: median 1.30 (rounds: 1.30)",  # a failed round has no ratio
     ]
 
 
-def test_compile_depths_trace_once_overlay_turns_the_option_on(monkeypatch, tmp_path) -> None:
+def test_compile_depths_pipelines_are_training_with_the_options_asked_and_training_without_regions(
+    monkeypatch, tmp_path
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import compile_depth
+
+    import passkit
+
+    compile_depth.write_pipelines(str(tmp_path), layers_per_region=2, trace_once=False)
+    regions = next(s for s in passkit.load_pipeline(str(tmp_path / "training.toml")).steps if s.id == "regions")
+    assert (regions.enabled, regions.options.layers_per_region, regions.options.trace_once) == (True, 2, False)
+    compile_depth.write_pipelines(str(tmp_path))
+    shipped = next(s for s in passkit.load_pipeline("training").steps if s.id == "regions")
+    regions = next(s for s in passkit.load_pipeline(str(tmp_path / "training.toml")).steps if s.id == "regions")
+    assert regions.options == shipped.options
+    without = {s.id: s.enabled for s in passkit.load_pipeline(str(tmp_path / "training-no-regions.toml")).steps}
+    assert without["regions"] is False
+    assert [i for i, on in without.items() if on] == [s.id for s in passkit.load_pipeline("training").steps][1:]
+
+
+def test_a_regions_overlay_adds_the_step_to_a_pipeline_without_one(monkeypatch, tmp_path) -> None:
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import compile_depth
 
     import passkit
 
     path = tmp_path / "overlay.toml"
-    path.write_text(compile_depth.regions_overlay("training", trace_once=True))
-    step = next(s for s in passkit.load_pipeline(str(path)).steps if s.id == "regions")
-    assert step.options.trace_once is True
+    path.write_text(compile_depth.regions_overlay("training-python", trace_once=True))
+    steps = passkit.load_pipeline(str(path)).steps
+    assert [s.id for s in steps][:2] == ["regions", "functionalize"]
+    assert steps[0].options.trace_once is True

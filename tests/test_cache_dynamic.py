@@ -49,7 +49,7 @@ def test_a_program_with_a_symbolic_batch_loads_in_a_fresh_process_and_reports_it
         assert len(rows) == len(steps)
         # Every row's time cell is "-": the steps ran in the compiling process, not this one.
         for row in rows:
-            assert re.match(r"^\d+\s+\S+\s+\S+\s+(yes|no|skipped)\s+-\s", row), row
+            assert re.match(r"^\s*\d+\s+\S+\s+\S+\s+(yes|no|skipped)\s+-\s", row), row
         compiled_in = re.search(r"([\d.]+ ms) in total$", cold_lines[-1]).group(1)
         assert re.fullmatch(
             rf"loaded from the compile cache in \d+\.\d ms, no step ran \(the process that compiled it ran "

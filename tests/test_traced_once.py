@@ -25,6 +25,16 @@ before = "functionalize"
 trace_once = true
 """
 
+# ``training`` has the step with ``trace_once`` on already.
+ONCE_ON_TRAINING = """
+[pipeline]
+name = "{base}-once"
+extends = "{base}"
+
+[override.regions]
+trace_once = true
+"""
+
 
 class DropoutStack(nn.Module):
     """Four acceptance blocks, each followed by dropout (p=0.1), in an ``nn.ModuleList``."""
@@ -41,7 +51,7 @@ class DropoutStack(nn.Module):
 
 def _pipeline(tmp_path: Path, base: str) -> str:
     path = tmp_path / f"{base}-once.toml"
-    path.write_text(ONCE.format(base=base))
+    path.write_text((ONCE_ON_TRAINING if base == "training" else ONCE).format(base=base))
     return str(path)
 
 
@@ -74,7 +84,8 @@ def test_each_layer_traced_once_trains_exactly_and_the_model_keeps_its_classes(t
     # Dynamo traced the layer once and stamped it out three times; the first, left inline, joined it.
     assert record.stats["traced_once"] == ["Sequential"]
     assert record.stats["joined_marked"] == {"subgraph_1": 1}
-    assert record.stats["regions"] == 0
+    assert record.stats["regions"] == 1
+    assert list(record.stats["repeats"].values()) == [4]  # reported as the layers it outlines itself
 
 
 def test_only_the_outermost_repeated_items_are_marked() -> None:
@@ -121,12 +132,15 @@ def test_hugging_face_gpt2_and_an_encoder_decoder_train_exactly_with_each_layer_
         pytest.importorskip("transformers")
         record = _compare(GPT2Logits, [torch.randint(0, 100, (2, 16))], _pipeline(tmp_path, "training-python"))
         traced = ["GPT2Block"]
+        repeats = {"model.transformer.h.* (GPT2Block, 46 nodes)": 3}
     else:
         record = _compare(EncoderDecoder, [torch.randn(2, 8, 32), torch.randn(2, 6, 32)], _pipeline(tmp_path, "training-python"))
         traced = ["TransformerDecoderLayer", "TransformerEncoderLayer"]
+        repeats = {"model.decoder.layers.* (TransformerDecoderLayer, 22 nodes)": 2,
+                   "model.encoder.layers.* (TransformerEncoderLayer, 14 nodes)": 2}
     assert record.id == "regions"
-    # Every layer's input needs grad here, so Dynamo stamped out all of them: none is left to outline.
-    assert record.stats == {"traced_once": traced, "regions": 0}
+    # Dynamo traced each layer kind once and stamped it out; the report counts the calls of each.
+    assert (record.stats["traced_once"], record.stats["repeats"]) == (traced, repeats)
 
 
 @pytest.mark.parametrize("dynamic", [None, True], ids=["recompiled-symbolic", "dynamic"])
@@ -144,3 +158,56 @@ def test_new_batch_sizes_train_exactly_with_each_layer_traced_once(tmp_path: Pat
         for grad, expected_grad in zip(grads, expected_grads):
             torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-5)
     assert len(compiled.passkit_reports) == (2 if dynamic is None else 1)
+
+
+class ConvBlock(nn.Module):
+    """Conv, batch norm (running statistics: a buffer written in place), ReLU, a residual."""
+
+    def __init__(self, channels: int = 4) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False)  # a bias before batch norm has no gradient
+        self.norm = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.norm(self.conv(x))) + x
+
+
+class InPlaceResidual(nn.Module):
+    """A layer that scales its input in place before reading it."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.linear = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.mul_(0.5)
+        return x + self.norm(self.linear(x)).tanh()
+
+
+@pytest.mark.parametrize(("layers", "shape"), [
+    (lambda: nn.Sequential(*(ConvBlock() for _ in range(3))), (2, 4, 6, 6)),
+    (lambda: nn.Sequential(nn.Linear(16, 16), *(InPlaceResidual() for _ in range(3))), (4, 16)),
+], ids=["batch-norm", "in-place-residual"])
+def test_a_layer_that_writes_its_operands_is_traced_inline_and_trains_exactly(layers, shape) -> None:
+    # torch trains no marked body that writes into an operand; passkit traces such a layer inline.
+    torch.manual_seed(0)
+    eager = layers()
+    twin = copy.deepcopy(eager)
+    compiled = passkit.compile(twin, pipeline="training", cache="off")
+    x = torch.randn(*shape)
+    out, grads = _step(compiled, x)
+    expected, expected_grads = _step(eager, x)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-5)
+    for buffer, expected_buffer in zip(twin.buffers(), eager.buffers()):  # batch norm's running statistics
+        torch.testing.assert_close(buffer, expected_buffer)
+    assert compiled.passkit_reports[0].records[0].stats["traced_once"]
+
+
+def test_leaf_layers_are_not_marked() -> None:
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU())
+    assert repeated_layers(model) == []
+    stack = nn.Sequential(nn.Sequential(nn.Linear(8, 8), nn.ReLU()), nn.Sequential(nn.Linear(8, 8), nn.ReLU()))
+    assert repeated_layers(stack) == list(stack)

@@ -16,17 +16,13 @@ import passkit
 
 
 def regions_overlay(base: str, name: str | None = None) -> str:
-    """A pipeline file: ``base`` with the ``regions`` step (docs/regions.md), named ``name``
-    (``<base>-regions`` unless given)."""
-    return f"""
-[pipeline]
-name = "{name or base + '-regions'}"
-extends = "{base}"
-
-[[steps]]
-pass = "regions"
-before = "functionalize"
-"""
+    """A pipeline file: ``base`` with the ``regions`` step on (docs/regions.md), named ``name``
+    (``<base>-regions`` unless given); added before ``functionalize`` where ``base`` has none."""
+    name = name or f"{base}-regions"
+    head = f'[pipeline]\nname = "{name}"\nextends = "{base}"\n\n'
+    if any(step.id == "regions" for step in passkit.load_pipeline(base).steps):
+        return head + "[override.regions]\nenabled = true\n"
+    return head + '[[steps]]\npass = "regions"\nbefore = "functionalize"\n'
 
 
 # ``training-python`` with the ``regions`` step, as a file named regions-python.

@@ -439,6 +439,10 @@ def regions(program: Program, *, min_repeats: int = 2, min_nodes: int = 8,
         label = f"{_short(container)}.* ({layers[0].kind.rsplit('.', 1)[-1]}, {len(layers[0].nodes)} nodes)"
         found[label] = len(layers)
         spared += (len(layers) - 1) * len(layers[0].nodes)
+    traced_once = _traced_once_repeats(gm, marked, program.notes.get(TRACED_ONCE_NOTE, ()))
+    for label, (calls, body) in traced_once.items():
+        found[label] = calls  # passkit's regions too, found before Dynamo traced them
+        spared += (calls - 1 - joined.get(body.identifier, 0)) * body.nodes
     program.record_stat("regions", len(found))
     if found:
         program.record_stat("repeats", found)
@@ -447,6 +451,26 @@ def regions(program: Program, *, min_repeats: int = 2, min_nodes: int = 8,
     if found or joined:
         program.record_stat("spared_nodes", spared)
     return bool(found or joined)
+
+
+def _traced_once_repeats(gm: GraphModule, marked: dict[str, UserBody], kinds: Any) -> dict[str, tuple[int, UserBody]]:
+    """The bodies ``trace_once`` marked (a layer class in ``kinds``), labelled as the step labels
+    the layers it outlines itself, with their calls now."""
+    calls: dict[str, list[Node]] = {}
+    for node in gm.graph.nodes:
+        if _torch.is_higher_order(node.target) and _target_name(node.target).endswith("invoke_subgraph"):
+            calls.setdefault(str(node.args[1]), []).append(node)
+    repeats: dict[str, tuple[int, UserBody]] = {}
+    for body in marked.values():
+        body_calls = calls.get(body.identifier, [])
+        stack = list(body_calls[0].meta.get("nn_module_stack", {}).values()) if body_calls else []
+        if len(body_calls) < 2 or not stack:
+            continue
+        path, kind = stack[-1][0], getattr(stack[-1][1], "__name__", str(stack[-1][1]))
+        if kind in kinds:
+            container = _short(re.sub(r"\.\d+$", "", path))
+            repeats[f"{container}.* ({kind}, {body.nodes} nodes)"] = (len(body_calls), body)
+    return repeats
 
 
 def _short(container: str) -> str:
