@@ -52,12 +52,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-def regions_overlay(base: str, layers_per_region: int = 1, trace_once: bool | None = None) -> str:
+def regions_overlay(base: str, layers_per_region: int = 1, trace_once: bool | None = None,
+                    min_repeats: int | None = None) -> str:
     """A pipeline file: ``base`` with the ``regions`` step on, named ``<base>-regions``; an option
     given here is set, the others keep the base's values (or the step's defaults, added here)."""
     import passkit
 
     options = f"layers_per_region = {layers_per_region}\n" if layers_per_region > 1 else ""
+    options += "" if min_repeats is None else f"min_repeats = {min_repeats}\n"
     options += "" if trace_once is None else f"trace_once = {str(trace_once).lower()}\n"
     head = f'[pipeline]\nname = "{base}-regions"\nextends = "{base}"\n\n'
     if any(step.id == "regions" for step in passkit.load_pipeline(base).steps):
@@ -127,10 +129,11 @@ def compiler(contender: str, pipelines: str, progress: Any = None) -> Callable[[
     return lambda m: passkit.compile(m, pipeline=pipeline, cache="off", progress=progress)
 
 
-def write_pipelines(folder: str, layers_per_region: int = 1, trace_once: bool | None = None) -> None:
+def write_pipelines(folder: str, layers_per_region: int = 1, trace_once: bool | None = None,
+                    min_repeats: int | None = None) -> None:
     """The passkit contenders' files: ``training`` with the regions options asked for, and
     ``training-no-regions``."""
-    Path(folder, "training.toml").write_text(regions_overlay("training", layers_per_region, trace_once))
+    Path(folder, "training.toml").write_text(regions_overlay("training", layers_per_region, trace_once, min_repeats))
     Path(folder, "training-no-regions.toml").write_text(no_regions_overlay("training"))
 
 

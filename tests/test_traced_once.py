@@ -186,8 +186,8 @@ class InPlaceResidual(nn.Module):
 
 
 @pytest.mark.parametrize(("layers", "shape"), [
-    (lambda: nn.Sequential(*(ConvBlock() for _ in range(3))), (2, 4, 6, 6)),
-    (lambda: nn.Sequential(nn.Linear(16, 16), *(InPlaceResidual() for _ in range(3))), (4, 16)),
+    (lambda: nn.Sequential(*(ConvBlock() for _ in range(4))), (2, 4, 6, 6)),  # training marks 4 repeats or more
+    (lambda: nn.Sequential(nn.Linear(16, 16), *(InPlaceResidual() for _ in range(4))), (4, 16)),
 ], ids=["batch-norm", "in-place-residual"])
 def test_a_layer_that_writes_its_operands_is_traced_inline_and_trains_exactly(layers, shape) -> None:
     # torch trains no marked body that writes into an operand; passkit traces such a layer inline.

@@ -17,11 +17,12 @@ import passkit
 
 def regions_overlay(base: str, name: str | None = None) -> str:
     """A pipeline file: ``base`` with the ``regions`` step on (docs/regions.md), named ``name``
-    (``<base>-regions`` unless given); added before ``functionalize`` where ``base`` has none."""
+    (``<base>-regions`` unless given), outlining layers that repeat twice or more; added before
+    ``functionalize`` where ``base`` has none."""
     name = name or f"{base}-regions"
     head = f'[pipeline]\nname = "{name}"\nextends = "{base}"\n\n'
     if any(step.id == "regions" for step in passkit.load_pipeline(base).steps):
-        return head + "[override.regions]\nenabled = true\n"
+        return head + "[override.regions]\nenabled = true\nmin_repeats = 2\n"  # the tests' stacks are shallow
     return head + '[[steps]]\npass = "regions"\nbefore = "functionalize"\n'
 
 
