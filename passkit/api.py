@@ -312,7 +312,7 @@ class PasskitBackend:
             program = program_from_flat_graph(flat, gm)
             inputs = flat.inputs
         if self.traced_once:
-            program.notes[TRACED_ONCE_NOTE] = self.traced_once
+            program.notes[TRACED_ONCE_NOTE] = list(self.traced_once)
         self.programs.append(program)
         compiled = compile_program(program, inputs, pipeline, reports=self.reports, progress=self.progress)
         return lifted.bind(with_subclasses(compiled, program)), self.reports[-1]
@@ -401,7 +401,8 @@ def compile(
     compiled = torch.compile(model_or_fn, backend=compiled_backend, dynamic=dynamic)
     regions_step = _trace_once_step(compiled_backend.pipeline)
     if regions_step is not None and isinstance(model_or_fn, torch.nn.Module):
-        compiled_backend.traced_once = tracing_each_layer_once(compiled, model_or_fn, regions_step.options.min_repeats)
+        compiled_backend.traced_once = tracing_each_layer_once(compiled, model_or_fn, regions_step.options.min_repeats,
+                                                               lambda: bool(compiled_backend.reports))
     compiled.passkit_reports = compiled_backend.reports
     compiled.passkit_fallbacks = compiled_backend.fallbacks
     compiled.passkit_backend = compiled_backend

@@ -32,6 +32,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from passkit.errors import PasskitError
+
 __all__ = ["repeated_layers", "LayerMarks", "tracing_each_layer_once"]
 
 _MARKED: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()  # class -> its marked subclass
@@ -112,19 +114,49 @@ class LayerMarks:
             layer.__class__ = kind
 
 
-def tracing_each_layer_once(compiled: nn.Module, model: nn.Module, min_repeats: int = 2) -> list[str]:
+def tracing_each_layer_once(compiled: nn.Module, model: nn.Module, min_repeats: int = 2,
+                            compiled_a_graph: Callable[[], bool] = lambda: False) -> list[str]:
     """Make every call of ``compiled`` (``torch.compile(model)``) run with ``model``'s repeated
-    layers marked; the names of the classes marked."""
+    layers marked; the names of the classes marked, a list emptied when marking stops.
+
+    Dynamo must trace a marked layer whole: a graph break inside one (T5's layers) fails the
+    compile instead. If that happens before any graph was compiled (``compiled_a_graph``), no
+    code of the model ran yet, and the call is traced again with no layer marked, as every call
+    after it; later, a graph may have run already, and the failure is one line.
+    """
     layers = repeated_layers(model, min_repeats)
     if not layers:
         return []
     marks = LayerMarks(layers)
     traced: Callable[..., Any] = compiled.forward
+    names = sorted({type(layer).__qualname__ for layer in layers})
 
     @functools.wraps(traced)
     def forward(*args: Any, **kwargs: Any) -> Any:
-        with marks:
+        if not names:
+            return traced(*args, **kwargs)
+        try:
+            with marks:
+                return traced(*args, **kwargs)
+        except Exception as exc:
+            if not _uncaptured_region(exc):
+                raise
+            if compiled_a_graph():
+                raise PasskitError(
+                    f"trace_once: Dynamo cannot trace a marked layer ({', '.join(names)}) whole, "
+                    "after part of the model ran; set trace_once = false on the regions step") from exc
+            names.clear()
             return traced(*args, **kwargs)
 
     compiled.forward = forward
-    return sorted({type(layer).__qualname__ for layer in layers})
+    return names
+
+
+def _uncaptured_region(exc: BaseException) -> bool:
+    """Dynamo's ``UncapturedHigherOrderOpError``: a marked region it could not trace whole."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if type(seen).__name__ == "UncapturedHigherOrderOpError":
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -211,3 +211,59 @@ def test_leaf_layers_are_not_marked() -> None:
     assert repeated_layers(model) == []
     stack = nn.Sequential(nn.Sequential(nn.Linear(8, 8), nn.ReLU()), nn.Sequential(nn.Linear(8, 8), nn.ReLU()))
     assert repeated_layers(stack) == list(stack)
+
+
+class BreakingBlock(nn.Module):
+    """A block with a graph break inside: Dynamo cannot trace it whole as a marked region."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.linear = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm(self.linear(x)).tanh() + x
+        torch._dynamo.graph_break()
+        return x * 0.5
+
+
+class BreakingStack(nn.Module):
+    def __init__(self, break_first: bool = False) -> None:
+        super().__init__()
+        self.first = nn.Linear(16, 16)
+        self.layers = nn.ModuleList(BreakingBlock() for _ in range(4))
+        self.break_first = break_first
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.first(x)
+        if self.break_first:
+            torch._dynamo.graph_break()
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_layers_dynamo_cannot_trace_whole_are_traced_as_they_are_and_train_exactly() -> None:
+    # T5's layers break Dynamo's graph inside: a marked layer then fails the whole compile. No
+    # code ran yet, so the call is traced again with nothing marked.
+    torch.manual_seed(0)
+    eager = BreakingStack()
+    compiled = passkit.compile(copy.deepcopy(eager), pipeline="training-python", cache="off")
+    once = passkit.compile(copy.deepcopy(eager), pipeline="training", cache="off")
+    x = torch.randn(4, 16)
+    expected, expected_grads = _step(eager, x)
+    for model in (compiled, once):
+        out, grads = _step(model, x)
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+        for grad, expected_grad in zip(grads, expected_grads):
+            torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-5)
+    assert once.passkit_backend.traced_once == []
+    assert all("traced_once" not in report.records[0].stats for report in once.passkit_reports)
+
+
+def test_a_layer_dynamo_cannot_trace_whole_after_part_of_the_model_ran_is_one_line() -> None:
+    compiled = passkit.compile(BreakingStack(break_first=True), pipeline="training", cache="off")
+    with pytest.raises(passkit.PasskitError) as caught:
+        compiled(torch.randn(4, 16))
+    assert str(caught.value) == ("trace_once: Dynamo cannot trace a marked layer (BreakingBlock) whole, after part of "
+                                 "the model ran; set trace_once = false on the regions step")
