@@ -164,30 +164,18 @@ def _writes_an_operand(body: GraphModule) -> bool:
     for node in body.graph.nodes:
         if node.op not in ("call_function", "call_method") or not node.args:
             continue
-        if _writes_in_place(node) and node.args[0] in reached:
+        if _torch.writes_in_place(node) and node.args[0] in reached:
             return True
-        if "batch_norm" in _name(node) and any(a in operands for a in node.args[1:3]):
+        if "batch_norm" in str(node.target) and any(a in operands for a in node.args[1:3]):
             return True
         if node.args[0] in reached:
             reached.add(node)
     return False
 
 
-def _name(node: Any) -> str:
-    return node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-
-
-def _writes_in_place(node: Any) -> bool:
-    """An in-place op, method or operator on Dynamo's graph (``x.mul_``, ``x += y``, ``x[i] = y``)."""
-    name = _name(node)
-    return (_torch.mutates(node) or (name.endswith("_") and not name.startswith("__"))
-            or node.target is operator.setitem
-            or (getattr(node.target, "__module__", "") == "_operator" and name.startswith("i")))
-
-
 def _kept_by_dce(node: Any) -> bool:
     """What dead-code elimination keeps after inlining: FX keeps no unread in-place method call."""
-    return _torch.is_impure(node) or (node.op in ("call_function", "call_method") and _writes_in_place(node))
+    return _torch.is_impure(node) or _torch.writes_in_place(node)
 
 
 def _tensor_read_by_item(operand: Any) -> Any:

@@ -50,6 +50,7 @@ __all__ = [
     "is_multi_output_view",
     "keeps_grad_mode_regions",
     "mutates",
+    "writes_in_place",
     "op_mutates",
     "new_fake_mode",
     "nothing_to_decompose",
@@ -371,6 +372,18 @@ def mutates(node: torch.fx.Node) -> bool:
     if node.op == "call_method":
         return str(node.target).endswith("_")
     return node.op == "call_function" and op_mutates(node.target)
+
+
+def writes_in_place(node: torch.fx.Node) -> bool:
+    """Whether ``node`` of a Dynamo graph writes into its first argument: ``mutates``, or a
+    trailing-underscore function (``torch.relu_``), an in-place operator (``x += y``, as
+    ``operator.iadd``) or an item assignment (``x[i] = y``)."""
+    if node.op not in ("call_function", "call_method"):
+        return False
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return (mutates(node) or (name.endswith("_") and not name.startswith("__"))
+            or node.target is operator.setitem
+            or (getattr(node.target, "__module__", "") == "_operator" and name.startswith("i")))
 
 
 def op_mutates(op: Any) -> bool:

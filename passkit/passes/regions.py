@@ -154,8 +154,7 @@ def _outlinable(node: Node, members: set[Node]) -> bool:
         return False
     if _torch.is_higher_order(node.target) and name.endswith("invoke_subgraph"):
         return False  # the user's own region: keep it as it is
-    in_place = _torch.mutates(node) or name.endswith("_") or name.startswith("operator.i")
-    if in_place and node.args and isinstance(node.args[0], Node) and node.args[0] not in members:
+    if _torch.writes_in_place(node) and node.args and isinstance(node.args[0], Node) and node.args[0] not in members:
         return False
     return True
 
