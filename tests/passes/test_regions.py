@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 from typing import Any, Callable
 
@@ -268,6 +269,61 @@ def test_a_layer_used_once_is_left_inline(tmp_path: Path) -> None:
     record = compiled.passkit_reports[0].records[0]
     assert record.stats == {"regions": 0}
     assert record.changed is False
+
+
+def _passes_through(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """A decorator as Hugging Face's on ``forward`` (``can_return_tuple``): Dynamo's frame is the
+    wrapper's, so it reaches the model as ``L['args'][0]``, not ``L['self']``."""
+    @functools.wraps(forward)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return forward(*args, **kwargs)
+
+    return wrapper
+
+
+class WrappedStack(Stack):
+    forward = _passes_through(Stack.forward)
+
+
+def test_layers_of_a_model_whose_forward_is_wrapped_are_labelled_as_the_model_names_them(tmp_path: Path) -> None:
+    record = _compare(lambda: WrappedStack(3), [torch.randn(2, 8, 32)], _pipeline(tmp_path))
+    assert record.stats["repeats"] == {"layers.* (DropoutBlock, 31 nodes)": 3}
+
+
+class WritesOutside(nn.Module):
+    """A block that also writes its result into a tensor it was handed: in place, or an item."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.block, self.how = transformer.Block(16, 4), how
+
+    def forward(self, x: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+        y = self.block(x)
+        if self.how == "add":
+            total += y
+        else:
+            total[:, 0] = y[:, 0]
+        return y
+
+
+class Accumulating(nn.Module):
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(WritesOutside(how) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        total = torch.zeros_like(x)
+        for layer in self.layers:
+            x = layer(x, total)
+        return x + total
+
+
+@pytest.mark.parametrize("how", ["add", "item"])
+def test_a_layer_that_writes_a_tensor_from_outside_is_left_inline_and_exact(tmp_path: Path, how: str) -> None:
+    # ``total += y`` reaches the graph as _operator.iadd and ``total[:, 0] = ...`` as setitem: a
+    # body may not write its operands, so these layers stay inline.
+    record = _compare(lambda: Accumulating(how), [torch.randn(2, 8, 16)], _pipeline(tmp_path))
+    assert record.stats == {"regions": 0}
 
 
 def test_annotated_regions_are_kept_as_the_user_marked_them(tmp_path: Path) -> None:
