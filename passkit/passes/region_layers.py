@@ -25,6 +25,7 @@ from passkit import _torch
 __all__ = ["Layer", "container_label", "describe", "example_value", "find_layers", "is_region_call", "merged",
            "operands_needing_grad", "target_name"]
 
+# One instance of a container's item: "L['self'].blocks.3" -> ("L['self'].blocks", "3").
 _INDEXED = re.compile(r"^(?P<container>.+?)(?:\.|\[)(?P<index>\d+)\]?$")
 # Calls whose effect is global state rather than a value: a layer holding one stays inline.
 _GLOBAL_EFFECTS = ("_set_grad_enabled", "set_grad_enabled", "_enter_autocast", "_exit_autocast", "_record_function")
