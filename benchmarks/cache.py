@@ -19,7 +19,7 @@ Both share one Inductor cache folder per round (``TORCHINDUCTOR_CACHE_DIR``), em
 cold run, so the cold figure includes generating and building every kernel.
 
 Per process: ``compile``, the time passkit spends turning the captured program into callables
-(``passkit.api.compile_program``: the pipeline, or the cache lookup and load); ``capture``,
+(``passkit.frontends.api.compile_program``: the pipeline, or the cache lookup and load); ``capture``,
 passkit's functional trace of Dynamo's graph (it runs warm too: the key is computed from it);
 ``first call``, the wall time of the first forward and backward; ``dynamo``, what the first call
 spends outside passkit's backend (Dynamo's tracing and guards) less the time of a second,
@@ -79,7 +79,7 @@ def _timed(module: object, name: str, spent: list[float]) -> None:
 
 
 class _Lines:
-    """Collects the passkit.cache logger's lines (why something was not stored or not loaded)."""
+    """Collects the passkit.cache.store logger's lines (why something was not stored or not loaded)."""
 
     def __init__(self) -> None:
         import logging
@@ -87,7 +87,7 @@ class _Lines:
         self.lines: list[str] = []
         handler = logging.Handler(logging.INFO)
         handler.emit = lambda record: self.lines.append(record.getMessage())
-        logger = logging.getLogger("passkit.cache")
+        logger = logging.getLogger("passkit.cache.store")
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
 
@@ -97,14 +97,14 @@ def child(pipeline: str, model_name: str) -> None:
     import torch
 
     import passkit
-    import passkit.api
+    import passkit.frontends.api
     from passkit import _torch
-    from passkit.pass_api import Pass
+    from passkit.core.pass_api import Pass
 
     compile_spent: list[float] = []
     capture_spent: list[float] = []
-    _timed(passkit.api, "compile_program", compile_spent)
-    _timed(passkit.api, "program_from_graph", capture_spent)
+    _timed(passkit.frontends.api, "compile_program", compile_spent)
+    _timed(passkit.frontends.api, "program_from_graph", capture_spent)
     steps: list[str] = []
     run_pass = Pass.run
     Pass.run = lambda self, *a, **k: steps.append(self.name) or run_pass(self, *a, **k)
@@ -231,7 +231,7 @@ def mistral_main(rounds: int, pipeline: str) -> int:
                     extra = f", passkit cache {r['hits']} (load ms {r['load_ms']})" if contender == "passkit" else ""
                     print(f"round {round_index + 1} {contender:8} {kind}: loop {r['loop']:.2f} s, process {r['process']:.2f} s"
                           f"{extra}, Inductor FX cache {r['inductor']}"
-                          + "".join(f"\n  passkit.cache: {line}" for line in r["cache_log"]), flush=True)
+                          + "".join(f"\n  passkit.cache.store: {line}" for line in r["cache_log"]), flush=True)
         for contender in contenders:
             cold, warm = results[(contender, "cold")][-1], results[(contender, "warm")][-1]
             if cold["losses"] != warm["losses"]:
@@ -297,7 +297,7 @@ def main() -> int:
             print(f"round {round_index + 1} {name}: " + ", ".join(f"{key} {r[key]:.2f} s" for key in FIGURES)
                   + f", cache {r['hits']}, passkit steps run {r['steps_run']}, Inductor FX cache {r['inductor']}"
                   + (f", regions {r['regions']}" if args.regions else "")
-                  + "".join(f"\n  passkit.cache: {line}" for line in r["cache_log"]), flush=True)
+                  + "".join(f"\n  passkit.cache.store: {line}" for line in r["cache_log"]), flush=True)
         if (warm["loss"], warm["grad_sum"]) != (cold["loss"], cold["grad_sum"]):
             print(f"NUMERICS DIFFER: cold {cold['loss']} {cold['grad_sum']} vs warm {warm['loss']} {warm['grad_sum']}")
             return 1

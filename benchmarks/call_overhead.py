@@ -37,7 +37,7 @@ import paired  # noqa: E402
 import step_time  # noqa: E402
 
 import passkit  # noqa: E402
-from passkit import runtime  # noqa: E402
+from passkit.runtime import wrapper as runtime
 
 CALLS_PER_ROUND = 300
 WARMUP_CALLS = 50

@@ -24,14 +24,14 @@ from pathlib import Path
 import torch
 from torch import fx
 
-from passkit import runner
-from passkit.hookspecs import hookimpl
+from passkit.core import runner
+from passkit.core.hookspecs import hookimpl
 from passkit.instruments import dumps, timing, verify
-from passkit.pass_api import graph_pass
+from passkit.core.pass_api import graph_pass
 from passkit.pipeline import Pipeline, Settings, Step, load_pipeline
-from passkit.plugins import make_plugin_manager
-from passkit.program import GraphIO, Program, Signature
-from passkit.registry import build_registry, get_registry
+from passkit.core.plugins import make_plugin_manager
+from passkit.core.program import GraphIO, Program, Signature
+from passkit.core.registry import build_registry, get_registry
 
 STEPS = 50
 NODES = 1000

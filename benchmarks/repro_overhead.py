@@ -17,12 +17,12 @@ import time
 
 import torch
 
-from passkit.api import load_pipeline
+from passkit.frontends.api import load_pipeline
 from passkit.debug.bisect_model import capture_model
-from passkit.debug.snapshot import snapshot_program
-from passkit.plugins import get_plugin_manager
-from passkit.registry import get_registry
-from passkit.runner import run_pipeline
+from passkit.artifacts.snapshot import snapshot_program
+from passkit.core.plugins import get_plugin_manager
+from passkit.core.registry import get_registry
+from passkit.core.runner import run_pipeline
 
 
 def main() -> None:

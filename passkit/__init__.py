@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from passkit.core import progress
+from passkit.core.facts import Fact
+from passkit.core.hookspecs import Application, StepContext, hookimpl
+from passkit.core.pass_api import Pass, graph_pass
+from passkit.core.program import Program
 from passkit.errors import PassError, PasskitError, PipelineError, PluginError, VerificationError
-from passkit.facts import Fact
-from passkit.hookspecs import Application, StepContext, hookimpl
-from passkit.pass_api import Pass, graph_pass
-from passkit.program import Program
-from passkit import progress
 
 __version__ = "0.1.0"
 
@@ -47,14 +47,14 @@ __all__ = [
 ]
 
 _LAZY = {
-    "compile": "passkit.api",
-    "backend": "passkit.api",
-    "aot_function": "passkit.aot",
-    "aot_module": "passkit.aot",
-    "load_pipeline": "passkit.api",
+    "compile": "passkit.frontends.api",
+    "backend": "passkit.frontends.api",
+    "aot_function": "passkit.frontends.aot",
+    "aot_module": "passkit.frontends.aot",
+    "load_pipeline": "passkit.frontends.compiling",
     "Pipeline": "passkit.pipeline",
-    "reports": "passkit.compile_options",
-    "inductor_options": "passkit.inductor_slots",
+    "reports": "passkit.frontends.compile_options",
+    "inductor_options": "passkit.frontends.inductor_slots",
 }
 
 

@@ -65,7 +65,7 @@ NUMERICS_MARKER = " changed numerics: "  # in a VerificationError's message: res
 
 
 def exit_code_for_kind(kind: str | None) -> int:
-    """The exit status for a failure kind (``passkit.debug.repro.failure_kind``: bisect's blame,
+    """The exit status for a failure kind (``passkit.artifacts.reproducer.failure_kind``: bisect's blame,
     repro's replay): ``numerics`` differ (1), a ``crash`` or a broken ``fact`` is a failed step
     (4), ``contract`` (a needed fact is missing) is bad input (2), None is ok (0)."""
     if kind is None:

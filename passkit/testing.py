@@ -12,7 +12,7 @@ program and fails, naming the largest difference and the tolerance, if the progr
 something else. ``assert_pattern_matches(patterns, fn, *inputs, times=None)`` traces ``fn``,
 applies a pattern, a ``PatternSet`` or a registered set name, and fails if it matched nothing
 (saying why, per candidate node), matched another number of ``times``, or changed numerics. Both
-hold results to the rule ``passkit run`` uses (``passkit.compare``): the default ``rtol``/``atol``
+hold results to the rule ``passkit run`` uses (``passkit.verify.compare``): the default ``rtol``/``atol``
 loosened to what the pass (for its options) or the pattern sets declare.
 """
 
@@ -28,7 +28,7 @@ __all__ = ["assert_pass_preserves_numerics", "assert_pattern_matches", "make_pro
 @pytest.fixture
 def passkit_plugin_manager() -> Any:
     """A fresh ``pluggy.PluginManager`` with passkit's hookspecs, built-ins and entry points."""
-    from passkit.plugins import make_plugin_manager
+    from passkit.core.plugins import make_plugin_manager
 
     return make_plugin_manager()
 
@@ -36,7 +36,7 @@ def passkit_plugin_manager() -> Any:
 @pytest.fixture
 def register_passkit_plugin() -> Any:
     """``register_passkit_plugin(plugin, name=None)``: register for this test only."""
-    from passkit.plugins import get_plugin_manager
+    from passkit.core.plugins import get_plugin_manager
 
     pm = get_plugin_manager()
     registered: list[Any] = []
@@ -58,9 +58,9 @@ def make_program() -> Callable[..., Any]:
     The program is captured with ``make_fx`` and then run through the named built-in passes,
     so a pass that requires ``functional`` (or ``joint``) gets a program that has it.
     """
-    from passkit.capture import program_from_function
-    from passkit.evaluate import Reference
-    from passkit.registry import get_registry
+    from passkit.frontends.capture import program_from_function
+    from passkit.verify.evaluate import Reference
+    from passkit.core.registry import get_registry
 
     def build(fn: Callable[..., Any], *inputs: Any, passes: Sequence[str] = ("functionalize",)) -> Any:
         program = program_from_function(fn, list(inputs))
@@ -83,8 +83,8 @@ def assert_pass_preserves_numerics(pass_: Any, program: Any, **options: Any) -> 
     ``program.stats`` holds what this pass recorded. Returns whether the graphs changed,
     judged by their code hash.
     """
-    from passkit.evaluate import Reference
-    from passkit.registry import get_registry
+    from passkit.verify.evaluate import Reference
+    from passkit.core.registry import get_registry
 
     registry = get_registry()
     if isinstance(pass_, str):
@@ -115,8 +115,8 @@ def assert_pass_preserves_numerics(pass_: Any, program: Any, **options: Any) -> 
 
 def _apply(pass_: Any, program: Any, registry: Any, options: dict[str, Any]) -> Any:
     """Run one pass as the runner would: options validated against the registry, facts updated
-    by ``passkit.facts.after``; returns the validated options."""
-    from passkit.facts import after
+    by ``passkit.core.facts.after``; returns the validated options."""
+    from passkit.core.facts import after
 
     before = program.graph_hash()
     validated = pass_.options(registry=registry, **options)
@@ -126,9 +126,9 @@ def _apply(pass_: Any, program: Any, registry: Any, options: dict[str, Any]) -> 
 
 
 def _tolerance(declared: Sequence[Any]) -> Any:
-    """``passkit.compare.tolerance_for``'s rule without a pipeline: the default ``rtol``/``atol``
+    """``passkit.verify.compare.tolerance_for``'s rule without a pipeline: the default ``rtol``/``atol``
     loosened to the loosest of the ``declared`` ``(rtol, atol)`` pairs (None: none declared)."""
-    from passkit.compare import DEFAULT_TOLERANCE, Tolerance, loosest
+    from passkit.verify.compare import DEFAULT_TOLERANCE, Tolerance, loosest
 
     return Tolerance(*loosest([DEFAULT_TOLERANCE, *declared]))
 
@@ -149,12 +149,12 @@ def assert_pattern_matches(
     Returns the driver's ``Applied`` (counts per pattern name); with ``numerics=False`` (for a
     rewrite that changes results on purpose) ``(applied, program)``, to check results yourself.
     """
-    from passkit.capture import program_from_function
-    from passkit.evaluate import Reference
+    from passkit.frontends.capture import program_from_function
+    from passkit.verify.evaluate import Reference
     from passkit.passes.rewrite import resolve_pattern_set
     from passkit.patterns import Pattern, PatternSet, apply_patterns
     from passkit.patterns.debug import why_not
-    from passkit.registry import get_registry
+    from passkit.core.registry import get_registry
 
     registry = get_registry()
     if isinstance(patterns, str):

@@ -86,7 +86,9 @@ def _cpu_probes_answered() -> None:
 
 @pytest.fixture(autouse=True)
 def _isolated_process_state(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    from passkit import api, compile_options, plugins
+    from passkit.frontends import api
+    from passkit.frontends import compile_options
+    from passkit.core import plugins
     from passkit.instruments import dumps, html_report
 
     for name in [key for key in os.environ if key.startswith("PASSKIT_")]:

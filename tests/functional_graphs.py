@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from torch.fx import GraphModule
 
-from passkit.capture import program_from_function
+from passkit.frontends.capture import program_from_function
 from passkit.passes.functionalize import functionalize
 
 

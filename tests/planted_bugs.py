@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import passkit
-from passkit.hookspecs import hookimpl
+from passkit.core.hookspecs import hookimpl
 from passkit.patterns import Op, Pattern, PatternSet, Var
 
 SCALE = 1.001

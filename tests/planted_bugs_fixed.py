@@ -4,7 +4,7 @@ reproducer of the planted bugs must not reproduce with these."""
 from __future__ import annotations
 
 import passkit
-from passkit.hookspecs import hookimpl
+from passkit.core.hookspecs import hookimpl
 
 
 @passkit.graph_pass("planted.scale_add", requires={"functional"})

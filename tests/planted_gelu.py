@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import passkit
-from passkit.hookspecs import hookimpl
+from passkit.core.hookspecs import hookimpl
 from passkit.patterns import Op, Pattern, PatternSet, Var
 
 TIGHT = (1e-3, 1e-4)

@@ -1,9 +1,12 @@
-"""The layers of docs/architecture.md hold: import-linter's contracts pass, and only
-the ``passkit/_torch/`` package names torch's private modules (import-linter cannot express that one)."""
+"""The layers of docs/architecture.md hold: import-linter's contracts pass (and fail on an upward
+import), only the ``passkit/_torch/`` package names torch's private modules (import-linter cannot
+express that one), and the tree keeps its shape: few modules at the top, none over the house
+limit, a docstring saying what each package owns."""
 
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -51,11 +54,47 @@ def _private_names_in(path: Path, root: Path) -> list[str]:
         REPO = saved
 
 
-def test_import_layers_are_kept() -> None:
+def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` over the ``passkit`` package found first from ``root`` (the repository, or
+    a copy of it), with ``root``'s contracts."""
     lint = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
-    result = subprocess.run([lint, "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH", "")]))}
+    return subprocess.run([lint, "--no-cache"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_import_layers_are_kept() -> None:
+    result = _lint_imports(REPO)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "Contracts: 3 kept, 0 broken." in result.stdout
+    assert "Contracts: 4 kept, 0 broken." in result.stdout
+
+
+def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
+    """The contracts can fail: the pass framework importing a front end is caught."""
+    shutil.copytree(PACKAGE, tmp_path / "passkit", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    planted = tmp_path / "passkit" / "core" / "report.py"
+    planted.write_text(planted.read_text() + "\nimport passkit.frontends.api  # planted: an upward import\n")
+    result = _lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert "0 broken" not in result.stdout
+    assert "passkit.core.report -> passkit.frontends.api (l." in result.stdout
+
+
+def test_few_modules_sit_at_the_top_of_the_package() -> None:
+    top = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(top) <= 8, top
+
+
+def test_no_module_is_over_the_house_limit() -> None:
+    sources = [*PACKAGE.rglob("*.py"), *(REPO / "plugins").rglob("*.py")]
+    over = {str(path.relative_to(REPO)): n for path in sources if (n := len(path.read_text(encoding="utf-8").splitlines())) > 400}
+    assert over == {}
+
+
+def test_each_package_says_what_it_owns() -> None:
+    silent = [str(init.relative_to(REPO)) for init in PACKAGE.rglob("__init__.py")
+              if not ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))]
+    assert silent == []
 
 
 def _compile_warnings(paths: list[Path]) -> list[str]:

@@ -19,9 +19,9 @@ def torch_already_imported() -> None:
     pytester drops the modules an inner run imported when the test ends; torch re-imported in
     the same process crashes. Modules loaded here, before pytester's snapshot, stay.
     """
-    from passkit.capture import program_from_function
-    from passkit.evaluate import Reference
-    from passkit.registry import get_registry
+    from passkit.frontends.capture import program_from_function
+    from passkit.verify.evaluate import Reference
+    from passkit.core.registry import get_registry
 
     x = torch.ones(2, requires_grad=True)
     program = program_from_function(lambda x: (x * 2).sin(), [x])
@@ -157,7 +157,7 @@ def test_needs_joint(make_program):
 def test_program_not_from_make_program_is_refused(pytester: pytest.Pytester) -> None:
     result = run_module(pytester, '''
 import pytest
-from passkit.capture import program_from_function
+from passkit.frontends.capture import program_from_function
 
 
 def test_bare_program():
@@ -171,8 +171,8 @@ def test_bare_program():
 
 def test_plugin_manager_fixture_is_fresh_and_accepts_a_plugin(pytester: pytest.Pytester) -> None:
     result = run_module(pytester, '''
-from passkit.plugins import get_plugin_manager
-from passkit.registry import build_registry
+from passkit.core.plugins import get_plugin_manager
+from passkit.core.registry import build_registry
 
 
 class Author:

@@ -30,9 +30,9 @@ def regions_overlay(base: str, name: str | None = None) -> str:
 REGIONS_PYTHON = regions_overlay("training-python", "regions-python")
 
 from passkit.pipeline import Pipeline, Settings, Step
-from passkit.program import GraphIO, Program, Signature
-from passkit.report import Report
-from passkit.runner import run_pipeline
+from passkit.core.program import GraphIO, Program, Signature
+from passkit.core.report import Report
+from passkit.core.runner import run_pipeline
 
 aten = torch.ops.aten
 
@@ -56,8 +56,8 @@ class Kit:
 
     def __init__(self, *plugins: Any) -> None:
         from passkit.instruments import dumps, timing, verify
-        from passkit.plugins import make_plugin_manager
-        from passkit.registry import build_registry
+        from passkit.core.plugins import make_plugin_manager
+        from passkit.core.registry import build_registry
 
         self.pm = make_plugin_manager(load_entry_points=False, builtins=False)
         for name, module in (("timing", timing), ("dumps", dumps), ("verify", verify)):

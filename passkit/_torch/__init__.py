@@ -5,6 +5,7 @@ owns one side of torch:
 
 - ``hops``: higher-order ops' subgraphs, and how passkit's tracing forwards them;
 - ``tracing``: fake tensors, functional tracing, re-tracing;
+- ``mutations``: which nodes and ops write into their arguments, which values share memory;
 - ``random_fills``: in-place random fills traced into the layout eager draws into;
 - ``layouts``: values kept in their recorded strides when re-traced, region bodies as cacheable callables;
 - ``ops``: decomposition tables, Core ATen, autograd formulas, random ops, symbolic sizes;
@@ -13,6 +14,7 @@ owns one side of torch:
 - ``inductor`` and ``inductor_cache``: Inductor's inner compiler and its cache form;
 - ``inductor_warm``: the FX graph key an entry stores, and Inductor's CPU probes run early;
 - ``inductor_slots``: the objects a mounted pipeline file puts in Inductor's custom-pass slots;
+- ``inductor_workers``: a graph's kernels compiled while the next graph lowers, bundled on the CPU;
 - ``shape_guards``: a symbolic program's signature and guards (the compile cache's key and hits);
 - ``kernel_bundles``: a graph's C++ kernels built as a few libraries, not one each;
 - ``logs``: structured trace artifacts and Dynamo's compile ids;
@@ -39,10 +41,14 @@ from passkit._torch.inductor_warm import *  # noqa: F403
 from passkit._torch.inductor_warm import __all__ as _inductor_warm
 from passkit._torch.inductor_slots import *  # noqa: F403
 from passkit._torch.inductor_slots import __all__ as _inductor_slots
+from passkit._torch.inductor_workers import *  # noqa: F403
+from passkit._torch.inductor_workers import __all__ as _inductor_workers
 from passkit._torch.kernel_bundles import *  # noqa: F403
 from passkit._torch.kernel_bundles import __all__ as _kernel_bundles
 from passkit._torch.logs import *  # noqa: F403
 from passkit._torch.logs import __all__ as _logs
+from passkit._torch.mutations import *  # noqa: F403
+from passkit._torch.mutations import __all__ as _mutations
 from passkit._torch.ops import *  # noqa: F403
 from passkit._torch.ops import __all__ as _ops
 from passkit._torch.region_calls import *  # noqa: F403
@@ -60,6 +66,6 @@ from passkit._torch.values import __all__ as _values
 
 
 __all__ = [
-    *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots, *_kernel_bundles, *_logs,
-    *_ops, *_region_calls, *_region_values, *_regions, *_shape_guards, *_tracing, *_values,
+    *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots, *_inductor_workers, *_kernel_bundles, *_logs,
+    *_mutations, *_ops, *_region_calls, *_region_values, *_regions, *_shape_guards, *_tracing, *_values,
 ]

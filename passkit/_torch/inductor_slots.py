@@ -4,7 +4,7 @@ Inductor takes one object per slot (``torch._inductor.config``): a ``CustomGraph
 graph slots, a ``CustomPartitionerFn`` for ``custom_partitioner_fn``. Each object's ``uuid()``
 enters Inductor's FX graph cache key (``torch/_inductor/codecache.py``), so it must change
 whenever what the object does changes; passkit derives it from the steps' fingerprints
-(``passkit.inductor_slots``). Here live only the torch-facing parts:
+(``passkit.frontends.inductor_slots``). Here live only the torch-facing parts:
 
 - ``MountedPass`` calls back with the graph's ``GraphModule`` and whether the compile is for
   inference (post-grad slots say so through ``CustomInferenceAwareGraphPass``, torch 2.12+);

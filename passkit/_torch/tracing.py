@@ -17,7 +17,6 @@ from torch.fx import traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch._ops import OpOverload, OpOverloadPacket
 from torch._dispatch.python import enable_python_dispatcher as python_dispatcher
 from torch.utils import _pytree as pytree
@@ -38,20 +37,13 @@ __all__ = [
     "bodies_keeping_layout",
     "OpOverload",
     "OpOverloadPacket",
-    "StorageWeakRef",
-    "storage_of",
     "fake_mode_of",
     "in_fake_mode",
     "fakify",
     "functional_trace",
-    "has_mutations",
     "holds_fake_constants",
     "is_activation_checkpoint",
-    "is_multi_output_view",
     "keeps_grad_mode_regions",
-    "mutates",
-    "writes_in_place",
-    "op_mutates",
     "new_fake_mode",
     "nothing_to_decompose",
     "pytree",
@@ -366,44 +358,6 @@ def trace_graph(
     return gm
 
 
-def mutates(node: torch.fx.Node) -> bool:
-    """Whether ``node`` mutates an argument: an op with a mutable schema (in-place, out=), or a
-    trailing-underscore tensor method."""
-    if node.op == "call_method":
-        return str(node.target).endswith("_")
-    return node.op == "call_function" and op_mutates(node.target)
-
-
-def writes_in_place(node: torch.fx.Node) -> bool:
-    """Whether ``node`` of a Dynamo graph writes into its first argument: ``mutates``, or a
-    trailing-underscore function (``torch.relu_``), an in-place operator (``x += y``, as
-    ``operator.iadd``) or an item assignment (``x[i] = y``)."""
-    if node.op not in ("call_function", "call_method"):
-        return False
-    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-    return (mutates(node) or (name.endswith("_") and not name.startswith("__"))
-            or node.target is operator.setitem
-            or (getattr(node.target, "__module__", "") == "_operator" and name.startswith("i")))
-
-
-def op_mutates(op: Any) -> bool:
-    """Whether ``op`` is an operator overload with a mutable schema (in-place, ``out=``)."""
-    return isinstance(op, OpOverload) and op._schema.is_mutable
-
-
-def has_mutations(gm: GraphModule) -> bool:
-    """Whether any node of ``gm`` mutates an argument (see ``mutates``)."""
-    return any(mutates(n) for n in gm.graph.nodes)
-
-
-# -- layouts across decompositions ------------------------------------------------------------
-
-
-def storage_of(value: Any) -> Any:
-    """A hashable handle on the storage of ``value`` (real or fake tensor); None for others."""
-    return StorageWeakRef(value.untyped_storage()) if isinstance(value, torch.Tensor) else None
-
-
 def holds_fake_constants(gm: GraphModule) -> bool:
     """Whether tracing lifted a fake tensor into ``gm`` as a constant: a value it lost track of.
 
@@ -413,13 +367,6 @@ def holds_fake_constants(gm: GraphModule) -> bool:
     return any(isinstance(value, FakeTensor) for value in gm.__dict__.values()) or any(
         isinstance(value, FakeTensor) for _, value in gm.named_buffers()
     )
-
-
-def is_multi_output_view(value: Any) -> bool:
-    """Whether autograd made ``value`` as one of several views (``unbind``, ``split``)."""
-    if not isinstance(value, torch.Tensor) or not value._is_view():
-        return False
-    return torch._C._autograd._get_creation_meta(value) == torch._C._autograd.CreationMeta.MULTI_OUTPUT_NODE
 
 
 @contextlib.contextmanager

@@ -15,7 +15,8 @@ from passkit.cli.plugin_option import plugin_option, register_plugins
 from passkit.errors import exit_code_for_kind
 
 if TYPE_CHECKING:
-    from passkit.debug.bisect import Bisection, Outcome
+    from passkit.debug.bisect import Bisection
+    from passkit.debug.trial import Outcome
     from passkit.pipeline import Pipeline
 
 __all__ = ["command"]
@@ -50,8 +51,8 @@ def command(
     """
     from passkit.debug.bisect import confirm, write_minimal
     from passkit.errors import PasskitError
-    from passkit.plugins import get_plugin_manager
-    from passkit.registry import get_registry
+    from passkit.core.plugins import get_plugin_manager
+    from passkit.core.registry import get_registry
 
     if repro is not None and (file is not None or model is not None):
         raise PasskitError(f"--repro {repro}: give either a reproducer folder or FILE with --model, not both")
@@ -70,8 +71,8 @@ def command(
         pipeline, result, captured = bisect_reproducer(Path(repro), pm=pm, registry=registry, progress=terminal.note)
         spec, results, graphs = f"reproducer {repro}", [result], [captured]
     else:
-        from passkit.api import load_pipeline
-        from passkit.check import DEFAULT_MODEL
+        from passkit.frontends.api import load_pipeline
+        from passkit.frontends.check import DEFAULT_MODEL
         from passkit.debug.bisect_model import bisect_model
 
         assert file is not None
@@ -96,7 +97,7 @@ def command(
 
 
 def _bisect_mounted(ctx: click.Context, file: str, model: str | None, as_json: bool, pm: Any, registry: Any) -> None:
-    from passkit.check import DEFAULT_MODEL
+    from passkit.frontends.check import DEFAULT_MODEL
     from passkit.debug.bisect_inductor import bisect_mounted
     from passkit.pipeline import load_pipeline
 
@@ -130,7 +131,7 @@ def _bisect_mounted(ctx: click.Context, file: str, model: str | None, as_json: b
 
 
 def _text(pipeline: Pipeline, spec: str, results: list[Bisection], path: Path | None, confirmed: Outcome | None) -> str:
-    from passkit.compare import tolerance_for
+    from passkit.verify.compare import tolerance_for
 
     last = results[-1]
     if last.first_bad is None:
@@ -159,7 +160,7 @@ def _text(pipeline: Pipeline, spec: str, results: list[Bisection], path: Path | 
 
 def _reproduces(pipeline: Pipeline, last: Bisection, confirmed: Outcome | None) -> str:
     """Whether running the minimal pipeline failed as the bisection did; if not, how it ended."""
-    from passkit.compare import tolerance_for
+    from passkit.verify.compare import tolerance_for
 
     if confirmed is not None and confirmed.kind == last.outcome.kind:
         return "reproduces"

@@ -18,9 +18,9 @@ def command() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def info(as_json: bool) -> None:
     """Show the cache folder, its entries and their size, the size limit and the entries' last use."""
-    from passkit.cache_folder import MAX_BYTES_ENV, cache_info
+    from passkit.cache.folder import MAX_BYTES_ENV, cache_info
     from passkit.errors import PasskitError
-    from passkit.report import format_bytes
+    from passkit.core.report import format_bytes
 
     try:
         found = cache_info()
@@ -41,7 +41,7 @@ def info(as_json: bool) -> None:
 @command.command("clear")
 def clear() -> None:
     """Delete every entry of the compile cache."""
-    from passkit.cache import cache_dir, clear_cache
+    from passkit.cache.store import cache_dir, clear_cache
 
     removed = clear_cache()
     terminal.out(f"removed {removed} file{'s' if removed != 1 else ''} from {cache_dir()}")

@@ -26,7 +26,7 @@ WIDE = 60  # longer list values are shown one item per row
 def command(file: str, as_json: bool) -> None:
     """Show FILE's resolved plan: settings and steps, each value with the file that set it."""
     from passkit.pipeline import load_pipeline
-    from passkit.registry import get_registry
+    from passkit.core.registry import get_registry
 
     pipeline = load_pipeline(file, registry=get_registry())
     if as_json:

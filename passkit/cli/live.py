@@ -6,7 +6,7 @@ step ids and pass names, known before the first step runs, so rows line up while
 On a terminal a ``rich`` live status line shows what is running, its elapsed time ticking:
 ``Dynamo is tracing Block.forward at model.py:12 ... 2.1 s``, then ``[i/N] <id> ... 6.2 s,
 14 kernels generated so far`` (the pass's phrase arrives with each heartbeat,
-``passkit.progress``); each finished row prints above it. Piped output gets the finished rows,
+``passkit.core.progress``); each finished row prints above it. Piped output gets the finished rows,
 and on stderr a plain line per progress event (Dynamo tracing a frame, a graph compiling or
 recompiling, a step started or still running after a second), with no control codes. Several
 graphs (graph breaks) each get a title, a header and a summary line.
@@ -23,11 +23,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from passkit.report import TABLE_HEADERS, format_row, summary_line
+from passkit.core.report import TABLE_HEADERS, format_row, summary_line
 
 if TYPE_CHECKING:
-    from passkit.progress import ProgressEvent
-    from passkit.report import Report, StepRecord
+    from passkit.core.progress import ProgressEvent
+    from passkit.core.report import Report, StepRecord
 
 __all__ = ["LiveTable"]
 
@@ -52,7 +52,7 @@ class LiveTable:
     """A ``progress`` callable for ``run_check`` that prints the report table as it goes.
 
     ``console`` is where a terminal's output goes (by default a ``rich`` console on the stream);
-    its ``event`` method takes ``passkit.progress`` events, from any thread.
+    its ``event`` method takes ``passkit.core.progress`` events, from any thread.
     """
 
     def __init__(

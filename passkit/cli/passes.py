@@ -11,7 +11,7 @@ import click
 from passkit.cli import terminal
 
 if TYPE_CHECKING:
-    from passkit.registry import PassEntry
+    from passkit.core.registry import PassEntry
 
 __all__ = ["command", "pass_json"]
 
@@ -20,7 +20,7 @@ __all__ = ["command", "pass_json"]
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of text.")
 def command(as_json: bool) -> None:
     """List every registered pass: plugin, contract, tolerance, options and what it does."""
-    from passkit.registry import get_registry
+    from passkit.core.registry import get_registry
 
     # Plugins that failed to load were already reported on stderr when the manager was built.
     registry = get_registry()

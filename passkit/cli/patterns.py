@@ -16,7 +16,7 @@ def command(as_json: bool) -> None:
     """List the registered pattern sets: name, patterns, options (``set_options.<name>`` on a
     ``rewrite`` step, with their defaults), declared tolerance, plugin and description."""
     from passkit.passes.rewrite import resolve_pattern_set
-    from passkit.registry import get_registry
+    from passkit.core.registry import get_registry
 
     registry = get_registry()
     rows = []

@@ -23,7 +23,7 @@ def command(as_json: bool) -> None:
     from passkit.errors import PasskitError
     from passkit.pipeline import load_pipeline
     from passkit.pipeline.messages import display_path
-    from passkit.registry import get_registry
+    from passkit.core.registry import get_registry
 
     registry = get_registry()
     rows = []

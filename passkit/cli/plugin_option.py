@@ -33,7 +33,7 @@ def register_plugins(modules: Iterable[str]) -> None:
     (last), so ``--plugin`` and ``--model`` modules can come from it while a folder there named
     like an installed plugin's package never stands in for that plugin.
     """
-    from passkit.plugins import get_plugin_manager
+    from passkit.core.plugins import get_plugin_manager
 
     pm = get_plugin_manager()
     import_from_working_directory()

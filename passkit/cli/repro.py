@@ -1,5 +1,5 @@
 """Own ``passkit repro``: replay a reproducer's failing step without the user's model
-(``passkit.debug.repro``)."""
+(``passkit.artifacts.reproducer``)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def command(ctx: click.Context, folder: Path, plugins: tuple[str, ...], as_json:
     2 bad input; 4 it raises or breaks a fact again.
     """
     from passkit.debug.replay import replay
-    from passkit.plugins import get_plugin_manager
-    from passkit.registry import get_registry
+    from passkit.core.plugins import get_plugin_manager
+    from passkit.core.registry import get_registry
 
     register_plugins(plugins)
     result = replay(folder, pm=get_plugin_manager(), registry=get_registry())

@@ -15,11 +15,11 @@ import click
 
 from passkit.cli import terminal
 from passkit.cli.plugin_option import plugin_option, register_plugins
-from passkit.compare import Tolerance
+from passkit.verify.compare import Tolerance
 from passkit.errors import EXIT_FELL_BACK, EXIT_MISMATCH, EXIT_OK, EXIT_STEP_FAILED, EXIT_USAGE, exit_code_for
 
 if TYPE_CHECKING:
-    from passkit.check import CheckResult
+    from passkit.frontends.check import CheckResult
 
 __all__ = ["command", "verdict", "exit_code_for", "EXIT_OK", "EXIT_MISMATCH", "EXIT_USAGE", "EXIT_FELL_BACK", "EXIT_STEP_FAILED"]
 
@@ -49,14 +49,14 @@ def command(
     Exit status: 0 ok; 1 results differ from eager; 2 bad input; 3 the compile fell back to
     eager; 4 a step failed (its pass raised or broke a fact).
     """
-    from passkit.check import run_check
+    from passkit.frontends.check import run_check
     from passkit.cli.live import LiveTable
 
     file, json_out = _file_and_json(ctx, file, json_out)
     register_plugins(plugins)
     pipeline: Any = file
     if report is not None:
-        from passkit.api import load_pipeline
+        from passkit.frontends.api import load_pipeline
 
         pipeline = load_pipeline(file).with_settings(report=report)
     # With JSON on stdout, stdout must hold only the JSON; the table and verdict move to stderr.

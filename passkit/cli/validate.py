@@ -35,7 +35,7 @@ def validate_file(name: str) -> dict[str, Any]:
     """Load one pipeline (loading checks its contracts); report the outcome as data."""
     from passkit.errors import PasskitError
     from passkit.pipeline import load_pipeline
-    from passkit.registry import get_registry
+    from passkit.core.registry import get_registry
 
     try:
         pipeline = load_pipeline(name, registry=get_registry())

@@ -4,8 +4,8 @@ Bisection is a plugin of the step loop, not a special case in it: ``StepFilter``
 ``passkit_should_run_step`` and skips every step past a limit (LLVM's ``-opt-bisect-limit``)
 and any steps it is told to leave out. Each trial runs the pipeline, so filtered, on a fresh
 snapshot of the captured program and compares what the program then computes with the captured
-program (``passkit.evaluate.Reference``, the same comparison as ``verify = "numerics"``, within
-the tolerance the steps that ran declare: ``passkit.compare.tolerance_for``).
+program (``passkit.verify.evaluate.Reference``, the same comparison as ``verify = "numerics"``, within
+the tolerance the steps that ran declare: ``passkit.verify.compare.tolerance_for``).
 
 1. The whole pipeline runs once; if it agrees with the capture, every step is good.
 2. A binary search over how many of the applicable steps run finds the first bad one.
@@ -13,7 +13,7 @@ the tolerance the steps that ran declare: ``passkit.compare.tolerance_for``).
    when the failure still shows with the bad step and the steps before it still agree with the
    capture: what remains is the minimal pipeline. Trials are cached by the steps they run.
 4. The minimal pipeline is written as a file, read back and run once more with ``verify`` on,
-   which confirms it and writes a reproducer (``passkit.debug.repro``).
+   which confirms it and writes a reproducer (``passkit.artifacts.reproducer``).
 
 5. When the bad step made single rewrites it asked about (``passkit_should_apply``: the
    ``rewrite`` pass asks before each pattern application), the search continues over them:
@@ -34,78 +34,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from passkit.compare import tolerance_for
 from passkit.debug.bisect_patterns import bisect_applications, narrowed
-from passkit.debug.pipeline_file import pipeline_toml
-from passkit.debug.repro import failure_kind
-from passkit.debug.snapshot import snapshot_program
+from passkit.artifacts.pipeline_file import pipeline_toml
+from passkit.artifacts.reproducer import failure_kind
+from passkit.artifacts.snapshot import snapshot_program
 from passkit.errors import PassError, PipelineError, VerificationError
-from passkit.facts import after, applies
-from passkit.hookspecs import hookimpl
-from passkit.runner import run_pipeline
+from passkit.core.facts import after, applies
+from passkit.core.runner import run_pipeline
+from passkit.debug.trial import Outcome, StepFilter, trial
 
 if TYPE_CHECKING:
     import pluggy
 
-    from passkit.evaluate import Reference
-    from passkit.hookspecs import Application, StepContext
+    from passkit.verify.evaluate import Reference
+    from passkit.core.hookspecs import Application
     from passkit.pipeline import Pipeline, Step
-    from passkit.program import Program
-    from passkit.registry import Registry
+    from passkit.core.program import Program
+    from passkit.core.registry import Registry
 
-__all__ = ["StepFilter", "Outcome", "Bisection", "trial", "bisect_program", "shortest_bad_prefix", "write_minimal", "confirm"]
-
-
-class StepFilter:
-    """A ``passkit_should_run_step`` plugin: run no step at or past ``limit``, none in ``leave_out``.
-
-    It also remembers the last step it was asked about, so a caller can read that step's record
-    (for example the reproducer a failing step wrote). As a ``passkit_should_apply`` plugin it
-    records the applications the last step in range (position ``limit - 1``) asks about, and
-    vetoes those past ``application_limit``.
-    """
-
-    def __init__(self, limit: int, leave_out: frozenset[int] = frozenset(), *, application_limit: int | None = None) -> None:
-        self.limit = limit
-        self.leave_out = leave_out
-        self.application_limit = application_limit
-        self.last: StepContext | None = None
-        self.asked: list[Application] = []
-
-    @hookimpl
-    def passkit_should_apply(self, context: StepContext, application: Application) -> bool | None:
-        if context.step.position != self.limit - 1:
-            return None
-        self.asked.append(application)
-        if self.application_limit is not None and application.index > self.application_limit:
-            return False
-        return None
-
-    @hookimpl
-    def passkit_should_run_step(self, context: StepContext) -> bool | None:
-        self.last = context
-        position = context.step.position
-        if position >= self.limit:
-            context.record.reason = f"bisect: past step {self.limit}"
-            return False
-        if position in self.leave_out:
-            context.record.reason = "bisect: left out"
-            return False
-        return None
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one trial showed: ``kind`` is None when the program still agrees with the capture."""
-
-    kind: str | None  # None, "crash", "fact", "numerics" or "contract" (a needed fact is missing)
-    message: str = ""
-    repro: str = ""
-    applications: tuple[Application, ...] = ()  # what the last step run asked about, in order
-
-    @property
-    def bad(self) -> bool:
-        return self.kind is not None and self.kind != "contract"
+__all__ = ["Bisection", "bisect_program", "shortest_bad_prefix", "write_minimal", "confirm"]
 
 
 @dataclass
@@ -124,41 +71,6 @@ class Bisection:
 
 
 Progress = Callable[[str], None]
-
-
-def trial(
-    captured: Program,
-    reference: Reference,
-    pipeline: Pipeline,
-    step_filter: StepFilter,
-    *,
-    pm: pluggy.PluginManager,
-    registry: Registry,
-) -> Outcome:
-    """Run ``pipeline`` filtered by ``step_filter`` on a copy of ``captured``; judge the result."""
-    program = snapshot_program(captured)
-    pm.register(step_filter, name="passkit-bisect")
-    try:
-        report = run_pipeline(pipeline, program, pm=pm, registry=registry)
-    except PipelineError as exc:
-        return Outcome("contract", str(exc))
-    except (PassError, VerificationError) as exc:
-        cause = exc.__cause__ if isinstance(exc, PassError) and exc.__cause__ is not None else exc
-        last = step_filter.last
-        repro = last.record.repro if last is not None else ""
-        return Outcome(failure_kind(cause), str(exc).splitlines()[0], repro, tuple(step_filter.asked))
-    finally:
-        pm.unregister(step_filter)
-    asked = tuple(step_filter.asked)
-    ran = {record.position for record in report.records if record.status == "ran"}
-    tolerance = tolerance_for(pipeline.settings, (step for step in pipeline.steps if step.position in ran))
-    try:
-        difference = reference.compare(program, tolerance)
-    except Exception as exc:  # noqa: BLE001 - a program that cannot even run is bad
-        return Outcome("crash", f"running the program failed: {type(exc).__name__}: {exc}", applications=asked)
-    if difference is None:
-        return Outcome(None, applications=asked)
-    return Outcome("numerics", f"changed numerics: {difference}", applications=asked)
 
 
 def _needed(pipeline: Pipeline, program: Program, kept: list[int], registry: Registry) -> bool:

@@ -1,9 +1,9 @@
 """Own bisecting a mounted pipeline file inside stock ``torch.compile`` (``passkit bisect --inductor``).
 
 Each trial compiles the user's model with stock ``torch.compile`` and the file mounted in
-Inductor's slots (``passkit.inductor_slots``), Inductor's and AOT Autograd's caches off, runs
+Inductor's slots (``passkit.frontends.inductor_slots``), Inductor's and AOT Autograd's caches off, runs
 one training step (or one call under ``no_grad`` when nothing needs gradients) and compares
-the outputs and gradients with eager's (``passkit.compare``, the pipeline's tolerance loosened
+the outputs and gradients with eager's (``passkit.verify.compare``, the pipeline's tolerance loosened
 by the passes' declared ones). A ``StepFilter`` (``passkit.debug.bisect``) limits the steps that
 run, as in any bisection: a binary search over how many of the file's steps run names the
 first bad step, then one over how many of its rewrites run names the first bad application
@@ -20,18 +20,19 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from passkit import _torch
-from passkit.compare import compare_values, tolerance_for
-from passkit.debug.bisect import Outcome, StepFilter, shortest_bad_prefix
+from passkit.verify.compare import compare_values, tolerance_for
+from passkit.debug.bisect import shortest_bad_prefix
+from passkit.debug.trial import Outcome, StepFilter
 from passkit.debug.bisect_patterns import bisect_applications
-from passkit.debug.repro import failure_kind
-from passkit.hookspecs import hookimpl
+from passkit.artifacts.reproducer import failure_kind
+from passkit.core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     import pluggy
 
-    from passkit.hookspecs import Application, StepContext
+    from passkit.core.hookspecs import Application, StepContext
     from passkit.pipeline import Pipeline, Step
-    from passkit.registry import Registry
+    from passkit.core.registry import Registry
 
 __all__ = ["MountedBisection", "bisect_mounted"]
 
@@ -63,7 +64,7 @@ class _CountingFilter(StepFilter):
 
 
 def _step(model: torch.nn.Module, inputs: tuple[Any, ...], training: bool) -> list[Any]:
-    from passkit.check import _loss
+    from passkit.frontends.check import _loss
 
     with torch.set_grad_enabled(training):
         out = model(*inputs)
@@ -92,8 +93,8 @@ def bisect_mounted(
 ) -> MountedBisection:
     """Find the first step of mounted ``pipeline`` that makes the model from ``spec`` deviate
     from eager or fail inside ``torch.compile``, and the first bad rewrite inside it."""
-    from passkit.check import build_model
-    from passkit.inductor_slots import MountedFile
+    from passkit.frontends.check import build_model
+    from passkit.frontends.inductor_slots import MountedFile
     from passkit.pipeline.slots import slot_steps
 
     say = progress or (lambda text: None)

@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import torch
 
 from passkit.debug.bisect import Bisection, bisect_program
-from passkit.debug.snapshot import snapshot_program
+from passkit.artifacts.snapshot import snapshot_program
 from passkit.errors import PasskitError
 
 if TYPE_CHECKING:
     import pluggy
 
-    from passkit.evaluate import Reference
+    from passkit.verify.evaluate import Reference
     from passkit.pipeline import Pipeline
-    from passkit.program import Program
-    from passkit.registry import Registry
+    from passkit.core.program import Program
+    from passkit.core.registry import Registry
 
 __all__ = ["Captured", "capture_model", "bisect_model"]
 
@@ -40,10 +40,10 @@ class Captured:
 
 def capture_model(spec: str, pipeline: Pipeline) -> list[Captured]:
     """Every graph Dynamo captures from one call of the model, in order."""
-    from passkit.capture import program_from_graph
-    from passkit.evaluate import Reference
+    from passkit.frontends.capture import program_from_graph
+    from passkit.verify.evaluate import Reference
 
-    from passkit.check import build_model
+    from passkit.frontends.check import build_model
 
     module, inputs = build_model(spec)
     training = pipeline.can_train and any(p.requires_grad for p in module.parameters())

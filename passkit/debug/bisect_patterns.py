@@ -1,7 +1,7 @@
 """Own the search inside one bad step: its first bad rewrite, and a narrower step that shows it.
 
 A pass that makes many independent rewrites asks ``passkit_should_apply`` before each
-(``rewrite`` does, once per pattern application), so ``passkit.debug.bisect.StepFilter`` can
+(``rewrite`` does, once per pattern application), so ``passkit.debug.trial.StepFilter`` can
 let the first ``n`` through and veto the rest. The asks come in a fixed order, and vetoing only
 ever happens after the first ``n``, so the first ``n`` applications are the same in every trial.
 A binary search over ``n`` then finds the smallest ``n`` that shows the failure: application
@@ -19,10 +19,10 @@ import dataclasses
 from typing import TYPE_CHECKING, Callable, Iterator
 
 if TYPE_CHECKING:
-    from passkit.debug.bisect import Outcome
-    from passkit.hookspecs import Application
+    from passkit.debug.trial import Outcome
+    from passkit.core.hookspecs import Application
     from passkit.pipeline import Step
-    from passkit.registry import Registry
+    from passkit.core.registry import Registry
 
 __all__ = ["bisect_applications", "narrowed"]
 

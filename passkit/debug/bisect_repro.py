@@ -1,6 +1,6 @@
 """Own bisecting from a reproducer folder, in place of the user's model.
 
-A reproducer (``passkit.debug.repro``) holds the program as it was before its failing step,
+A reproducer (``passkit.artifacts.reproducer``) holds the program as it was before its failing step,
 the resolved pipeline and the input values (or their metadata). Bisecting it searches the
 failing step and the steps after it (the ones before it had already run on that program), and
 compares with what the program computed before the failing step, on the saved inputs, as
@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Callable
 from passkit.debug.bisect import Bisection, bisect_program
 from passkit.debug.bisect_model import Captured
 from passkit.debug.replay import read_manifest, real_inputs
-from passkit.debug.snapshot import snapshot_program
+from passkit.artifacts.snapshot import snapshot_program
 from passkit.errors import PasskitError, PipelineError
 
 if TYPE_CHECKING:
     import pluggy
 
     from passkit.pipeline import Pipeline
-    from passkit.registry import Registry
+    from passkit.core.registry import Registry
 
 __all__ = ["load_reproducer", "bisect_reproducer"]
 
@@ -30,8 +30,8 @@ __all__ = ["load_reproducer", "bisect_reproducer"]
 def load_reproducer(folder: Path, *, registry: Registry) -> tuple[Pipeline, Captured, int]:
     """The reproducer's resolved pipeline, its program with what it computes, and the position
     of its failing step; a one-line ``PasskitError`` when ``folder`` is not a usable reproducer."""
-    from passkit.debug.program_file import read_program
-    from passkit.evaluate import Reference
+    from passkit.artifacts.program_file import read_program
+    from passkit.verify.evaluate import Reference
     from passkit.pipeline import load_pipeline
 
     if not folder.is_dir():

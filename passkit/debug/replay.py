@@ -1,6 +1,6 @@
 """Own replaying a reproducer: run its failing step again, without the user's model or source.
 
-``replay`` reads the folder ``passkit.debug.repro`` wrote, loads the program as it was before
+``replay`` reads the folder ``passkit.artifacts.reproducer`` wrote, loads the program as it was before
 the step and the resolved pipeline, and runs the one step with the pipeline's ``verify``
 setting; numerics are compared with the program as it was before the step, on the saved inputs
 (or seeded values of the recorded shapes). It reproduces when the step fails the same way
@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from passkit.debug.program_file import TensorMeta, read_program
-from passkit.debug.repro import FORMAT, MANIFEST, failure_kind, versions
+from passkit.artifacts.program_file import TensorMeta, read_program
+from passkit.artifacts.reproducer import FORMAT, MANIFEST, failure_kind, versions
 from passkit.errors import PasskitError, PassError, PipelineError, VerificationError
 
 if TYPE_CHECKING:
     import pluggy
 
-    from passkit.program import Program
-    from passkit.registry import Registry
+    from passkit.core.program import Program
+    from passkit.core.registry import Registry
 
 __all__ = ["Replay", "read_manifest", "real_inputs", "replay"]
 
@@ -91,10 +91,10 @@ def real_inputs(folder: Path, program: Program) -> list[Any]:
 
 def replay(folder: Path, *, pm: pluggy.PluginManager, registry: Registry) -> Replay:
     """Run the reproducer's failing step again on its saved program."""
-    from passkit.compare import tolerance_for
-    from passkit.evaluate import Reference
+    from passkit.verify.compare import tolerance_for
+    from passkit.verify.evaluate import Reference
     from passkit.pipeline import load_pipeline
-    from passkit.runner import run_pipeline
+    from passkit.core.runner import run_pipeline
 
     manifest = read_manifest(folder)
     recorded = manifest["step"]

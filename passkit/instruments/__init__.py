@@ -10,7 +10,7 @@ step the runner runs, so the runner's loop stays free of timing, dumping and ver
 - ``repro``: snapshots the program before each step and writes a reproducer when the step
   fails, per ``settings.repro_dir`` (so verification failures are caught too);
 - ``progress``: a ``started`` line for a step that runs over a second, then heartbeats with the
-  elapsed time (``passkit.progress``), to the run's progress callback or the log (outermost).
+  elapsed time (``passkit.core.progress``), to the run's progress callback or the log (outermost).
 
 Instruments only read the step context and annotate ``context.record``; they never change the
 program.

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Generator
 
 from passkit import _torch
-from passkit.hookspecs import hookimpl
+from passkit.core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from passkit.hookspecs import StepContext
-    from passkit.program import Program
+    from passkit.core.hookspecs import StepContext
+    from passkit.core.program import Program
 
 __all__ = ["passkit_run_step", "dump_program", "graph_folder", "generated_code"]
 

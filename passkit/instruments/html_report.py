@@ -4,11 +4,11 @@ With ``settings.report = "run.html"`` (or ``passkit run --report run.html``), ev
 runs adds one entry to its program's history: time, whether it changed the graphs, node counts
 per graph, the step's figures (``record.stats``: saved bytes, pattern hits, ...), each changed
 graph's code and, for a failing step, the error. The file is written again after every step
-(``passkit.debug.html.render``), so it exists, and shows the failing step, when a run fails.
+(``passkit.artifacts.html_page.render``), so it exists, and shows the failing step, when a run fails.
 Every program (graph break, recompile) compiled in this process with the same report path gets
 its own section of the same file. Registered after ``repro``, it is the outermost instrument.
 
-``write_verdict`` (called by ``passkit.check.run_check`` once the run was compared with eager, or
+``write_verdict`` (called by ``passkit.frontends.check.run_check`` once the run was compared with eager, or
 when a step failed) puts the run's verdict at the top of the page: ok or mismatch, the max |diff|
 of each output and gradient, the tolerance and the exit code.
 
@@ -20,52 +20,21 @@ the graphs (all the stored rows have), the captured code and the loaded graphs' 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generator
 
-from passkit.hookspecs import hookimpl
+from passkit.artifacts.html_page import ALL_GRAPHS, ProgramHistory, StepEntry
+from passkit.core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from passkit.hookspecs import StepContext
-    from passkit.program import Program
-    from passkit.report import Verdict
+    from passkit.core.hookspecs import StepContext
+    from passkit.core.program import Program
+    from passkit.core.report import Verdict
 
 __all__ = [
     "passkit_run_step", "passkit_loaded_from_cache", "write_verdict", "StepEntry", "ProgramHistory", "histories", "verdicts",
     "ALL_GRAPHS",
 ]
-
-ALL_GRAPHS = "all graphs"  # the node-count column of a section loaded from the cache
-
-
-@dataclass
-class StepEntry:
-    """One step as the report shows it; ``codes`` holds only the graphs whose code changed."""
-
-    number: int
-    id: str
-    pass_name: str
-    seconds: float = 0.0
-    changed: bool = False
-    nodes: dict[str, int] = field(default_factory=dict)
-    stats: dict[str, Any] = field(default_factory=dict)
-    codes: dict[str, str] = field(default_factory=dict)
-    error: str = ""
-    cached: bool = False  # a row of the compiling run, shown for a compile the cache answered
-
-
-@dataclass
-class ProgramHistory:
-    """Every step one program went through, from its capture on."""
-
-    label: str
-    pipeline: str
-    training: bool
-    steps: list[StepEntry] = field(default_factory=list)
-    split: dict[str, Any] | None = None  # what passkit.debug.html.split_of found after partitioning
-    cache: str = ""  # "hit": loaded from the compile cache, no step ran
-
 
 # Report path -> the programs written into it by this process, in order.
 histories: dict[Path, list[ProgramHistory]] = {}
@@ -105,7 +74,7 @@ def passkit_run_step(context: StepContext) -> Generator[None, bool | None, bool 
     report = context.pipeline.settings.report
     if not report:
         return (yield)
-    from passkit.debug.html import split_of
+    from passkit.artifacts.html_page import split_of
 
     path = Path(report).resolve()
     history = _history(context, path)
@@ -129,7 +98,7 @@ def passkit_run_step(context: StepContext) -> Generator[None, bool | None, bool 
 
 
 def _write(path: Path) -> None:
-    from passkit.debug.html import render
+    from passkit.artifacts.html_page import render
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(histories.get(path, []), verdicts.get(path)), encoding="utf-8")
@@ -148,7 +117,7 @@ def passkit_loaded_from_cache(pipeline: Any, program: Program, report: Any, capt
     path = pipeline.settings.report
     if not path:
         return
-    from passkit.debug.html import split_of
+    from passkit.artifacts.html_page import split_of
 
     path = Path(path).resolve()
     programs = histories.setdefault(path, [])

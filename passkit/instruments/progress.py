@@ -1,12 +1,12 @@
 """Own the progress of a running step: a wrapper hookimpl that says when a long step started
 and keeps saying it is alive.
 
-A timer thread watches each step. Once the step has run ``passkit.progress.STARTED_AFTER_S``
+A timer thread watches each step. Once the step has run ``passkit.core.progress.STARTED_AFTER_S``
 seconds it sends a ``started`` event (``[9/9] codegen.inductor: started, running for 1.0 s``),
 then a ``heartbeat`` every ``HEARTBEAT_EVERY_S`` seconds with the elapsed time and the pass's own
-phrase (``passkit.progress.detail``), until the step ends. A step quicker than the threshold
+phrase (``passkit.core.progress.detail``), until the step ends. A step quicker than the threshold
 sends nothing, so short steps stay one line each. Events go to the run's progress callback
-(``context.progress``) through ``passkit.progress.send``. Registered after the other step
+(``context.progress``) through ``passkit.core.progress.send``. Registered after the other step
 instruments, it is the outermost of them: the time it reports is the whole step's, dumps and
 verification included.
 """
@@ -17,11 +17,11 @@ import threading
 import time
 from typing import TYPE_CHECKING, Generator
 
-from passkit import progress
-from passkit.hookspecs import hookimpl
+from passkit.core import progress
+from passkit.core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from passkit.hookspecs import StepContext
+    from passkit.core.hookspecs import StepContext
 
 __all__ = ["passkit_run_step", "StepWatch"]
 

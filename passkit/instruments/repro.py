@@ -1,10 +1,10 @@
 """Own crash reproducers: a wrapper hookimpl that writes a replayable folder for a failing step.
 
 Unless ``settings.repro_dir`` is ``""``, the program is snapshotted once, before the first step
-that runs (``passkit.debug.snapshot``). When a step raises, breaks a fact or changes numerics,
+that runs (``passkit.artifacts.snapshot``). When a step raises, breaks a fact or changes numerics,
 the program as it was before that step is rebuilt by running the steps before it again on the
-snapshot, ``passkit.debug.repro.write_reproducer`` writes the folder (under ``repro_dir``, else
-``$PASSKIT_REPRO_DIR``, else the system temp directory: ``passkit.debug.repro.repro_root``),
+snapshot, ``passkit.artifacts.reproducer.write_reproducer`` writes the folder (under ``repro_dir``, else
+``$PASSKIT_REPRO_DIR``, else the system temp directory: ``passkit.artifacts.reproducer.repro_root``),
 ``record.repro`` names it and the runner's one-line error ends with ``(reproducer: <folder>)``.
 A run that does not fail pays for one snapshot. The rebuilt graphs are compared with the
 failing run's (by hash); a difference (a step that is not deterministic) is recorded in the
@@ -18,12 +18,12 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Generator
 
-from passkit.facts import after
-from passkit.hookspecs import hookimpl
+from passkit.core.facts import after
+from passkit.core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from passkit.hookspecs import StepContext
-    from passkit.program import Program
+    from passkit.core.hookspecs import StepContext
+    from passkit.core.program import Program
 
 __all__ = ["passkit_run_step"]
 
@@ -36,8 +36,8 @@ def passkit_run_step(context: StepContext) -> Generator[None, bool | None, bool 
     """Snapshot the program before its first step; write a reproducer if a step fails."""
     if context.pipeline.settings.repro_dir == "":
         return (yield)
-    from passkit.debug.repro import write_reproducer
-    from passkit.debug.snapshot import snapshot_program
+    from passkit.artifacts.reproducer import write_reproducer
+    from passkit.artifacts.snapshot import snapshot_program
 
     program = context.program
     if not context.previous:
@@ -58,7 +58,7 @@ def passkit_run_step(context: StepContext) -> Generator[None, bool | None, bool 
 def _rebuild(context: StepContext) -> tuple[Program, bool]:
     """The program before the failing step: its first state with the steps that ran applied
     again; and whether that gives the same graphs as the failing run had."""
-    from passkit.debug.snapshot import snapshot_program
+    from passkit.artifacts.snapshot import snapshot_program
 
     program = snapshot_program(_first_state[id(context.program)])
     ran = set(context.previous)

@@ -21,12 +21,12 @@ import re
 from typing import TYPE_CHECKING, Any, Generator
 
 from passkit import _torch
-from passkit.hookspecs import hookimpl
+from passkit.core.hookspecs import hookimpl
 from passkit.instruments.dumps import generated_code
 
 if TYPE_CHECKING:
-    from passkit.hookspecs import StepContext
-    from passkit.program import Program
+    from passkit.core.hookspecs import StepContext
+    from passkit.core.program import Program
 
 __all__ = ["passkit_run_step", "passkit_loaded_from_cache"]
 

@@ -1,6 +1,6 @@
 """Own step timing: a wrapper hookimpl that measures each step's wall time.
 
-Registered first of the instruments, it is the innermost wrapper (see ``passkit.hookspecs``),
+Registered first of the instruments, it is the innermost wrapper (see ``passkit.core.hookspecs``),
 so the figure is the pass's own time and excludes dumping and verification.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Generator
 
-from passkit.hookspecs import hookimpl
+from passkit.core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from passkit.hookspecs import StepContext
+    from passkit.core.hookspecs import StepContext
 
 __all__ = ["passkit_run_step"]
 

@@ -2,11 +2,11 @@
 
 With ``settings.verify`` set to ``"facts"`` or ``"numerics"``, every fact that holds after the
 step (the established facts plus what the step produces, less what it invalidates) is checked
-with its registered checker (``passkit.facts.failed_checks``), plugin facts included, so a pass
+with its registered checker (``passkit.core.facts.failed_checks``), plugin facts included, so a pass
 that silently breaks a fact is named at the step that broke it. With ``"numerics"`` and a
 reference, the program's outputs and gradients are also compared with the captured program's,
 within the settings' ``rtol``/``atol`` loosened by the tolerance every step run so far declares
-(``passkit.compare.tolerance_for``, the rule ``passkit run`` and ``passkit bisect`` use); the error
+(``passkit.verify.compare.tolerance_for``, the rule ``passkit run`` and ``passkit bisect`` use); the error
 prints the tolerance it held the program to.
 Registered last of the instruments, it is the outermost of them: dumps of the offending step
 are written before verification fails.
@@ -17,12 +17,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Generator
 
 from passkit.errors import VerificationError
-from passkit.compare import tolerance_for
-from passkit.facts import failed_checks
-from passkit.hookspecs import hookimpl
+from passkit.verify.compare import tolerance_for
+from passkit.core.facts import failed_checks
+from passkit.core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from passkit.hookspecs import StepContext
+    from passkit.core.hookspecs import StepContext
 
 __all__ = ["passkit_run_step", "verify_step"]
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from passkit.hookspecs import hookimpl
+from passkit.core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from passkit.hookspecs import StepContext
+    from passkit.core.hookspecs import StepContext
 
 __all__ = ["passkit_run_step"]
 

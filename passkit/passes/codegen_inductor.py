@@ -27,27 +27,28 @@ What the runtime wrapper relies on, and how it is kept:
 
 from __future__ import annotations
 
-import itertools
 import operator
-from collections import Counter
 from typing import Any, Callable, Literal, Sequence
 
 import pydantic
 import torch
 from torch.fx import Graph, GraphModule, Node
 
-from passkit import _torch, progress
+from passkit import _torch
+
+from passkit.core import progress
 from passkit.errors import PassError
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
 from passkit.passes import codegen_inductor_cache as cache_form
-from passkit.program import Program
+from passkit.passes import codegen_inductor_calls as calls
+from passkit.passes import codegen_inductor_memory as memory
+from passkit.core.program import Program
 
 __all__ = ["codegen_inductor", "InductorOptions", "inductor_fallback_message"]
 
 Mode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 RegionCallMode = Literal["python", "inductor"]
-_graph_ids = itertools.count()
 
 
 class InductorOptions(pydantic.BaseModel):
@@ -152,180 +153,8 @@ def _draws_off_cpu(node: Node) -> bool:
     return _torch.draws_random_numbers(node.target) and isinstance(value, torch.Tensor) and value.device.type != "cpu"
 
 
-def _mutations_to_write(program: Program, name: str) -> dict[int, int]:
-    """The graph's mutation outputs that Inductor can write into their input itself, by output
-    slot: the placeholder each one overwrites.
-
-    As torch's AOT keeps a buffer's mutation in the graph, Inductor then stores a BatchNorm's new
-    running statistics straight into the buffers, in the kernel that computes them, instead of
-    returning a new tensor for the runtime to copy back. Only plain data writes to inputs that
-    need no gradient qualify, and only when no other output shares the input's memory (a saved
-    value must keep the old data). In an inference graph, which runs under ``no_grad``, so do
-    writes made under ``no_grad`` to inputs that need one: a compiled optimizer step updates its
-    parameters in the kernels that compute the update (``keep_inference_input_mutations``).
-    """
-    gm, io = program.graphs[name], program.io(name)
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    position = {d.index: p for p, d in enumerate(io.inputs) if d.kind in ("param", "buffer", "user")}
-    outputs = list(next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0])
-    storages = [_torch.storage_of(n.meta.get("val")) if isinstance(n, Node) else None for n in outputs]
-    written: dict[int, int] = {}
-    for k, desc in enumerate(io.outputs):
-        info = program.signature.inputs[desc.index] if desc.kind == "mutation" else None
-        if info is None or info.mutates_metadata or not info.mutates_data:
-            continue
-        if info.requires_grad and not (name == "main" and info.mutated_under_no_grad):
-            continue
-        p = position.get(desc.index)
-        target = _torch.storage_of(placeholders[p].meta.get("val")) if p is not None else None
-        value = outputs[k]
-        if target is None or not isinstance(value, Node) or value.op == "placeholder" or outputs.count(value) > 1:
-            continue
-        # A symbolic program's outputs include sizes (SymInts), which have no storage.
-        if any(storage is not None and storage == target for storage in storages) or storages[k] is None:
-            continue
-        written[k] = p  # type: ignore[assignment]
-    return written
-
-
-def _write_mutations_in_graph(gm: GraphModule, written: dict[int, int]) -> None:
-    """Write each output in ``written`` into its input with ``copy_`` and drop it from the outputs."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    values = list(output.args[0])
-    with gm.graph.inserting_before(output):
-        for k, p in written.items():
-            gm.graph.call_function(torch.ops.aten.copy_.default, (placeholders[p], values[k]))
-    output.args = (tuple(v for k, v in enumerate(values) if k not in written),)
-    gm.recompile()
-
-
-def _donated_backward_inputs(program: Program) -> list[int]:
-    """The backward's inputs whose memory Inductor may reuse for its own buffers, by position.
-
-    A saved tensor qualifies when nothing but the backward reads it once the backward starts:
-    its storage is no forward input's (a parameter, a buffer, a mutated input), no visible
-    forward output's (the caller holds those), no gradient's, and no other saved value's (a view
-    saved beside its base would be overwritten while the base is still to be read). As in
-    torch's AOT, this lets the backward write into activations that are dead by then instead of
-    allocating. The runtime copies them first when the backward keeps its graph.
-    """
-    fw, bw = program.graphs["forward"].graph, program.graphs["backward"].graph
-    fw_io, bw_io = program.io("forward"), program.io("backward")
-
-    def storage(node: Any) -> Any:
-        return _torch.storage_of(node.meta.get("val")) if isinstance(node, Node) else None
-
-    fw_outputs = [storage(n) for n in next(n for n in reversed(fw.nodes) if n.op == "output").args[0]]
-    held = {storage(n) for n in fw.nodes if n.op == "placeholder"}
-    held |= {s for s, d in zip(fw_outputs, fw_io.outputs) if d.kind != "saved"}
-    held.discard(None)  # a StorageWeakRef cannot be compared with None
-    fw_saved = Counter(s for s, d in zip(fw_outputs, fw_io.outputs) if d.kind == "saved" and s is not None)
-    fw_ok = {
-        d.index for s, d in zip(fw_outputs, fw_io.outputs)
-        if d.kind == "saved" and s is not None and s not in held and fw_saved[s] == 1
-    }
-    bw_inputs = [storage(n) for n in bw.nodes if n.op == "placeholder"]
-    grads = {storage(n) for n in next(n for n in reversed(bw.nodes) if n.op == "output").args[0]} - {None}
-    bw_saved = Counter(s for s, d in zip(bw_inputs, bw_io.inputs) if d.kind == "saved" and s is not None)
-    return [
-        k for k, (s, d) in enumerate(zip(bw_inputs, bw_io.inputs))
-        if d.kind == "saved" and d.index in fw_ok and s is not None and s not in grads and bw_saved[s] == 1
-    ]
-
-
 def _placeholder_values(gm: GraphModule) -> list[Any]:
     return [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
-
-
-def _with_written_slots(outputs: Any, written: Sequence[int]) -> Any:
-    """The outputs with ``None`` back in each slot whose mutation the graph wrote itself (the
-    runtime writes nothing back there)."""
-    if not written:
-        return outputs
-    full = list(outputs)
-    for k in written:  # ascending, so each slot lands where the graph's io has it
-        full.insert(k, None)
-    return full
-
-
-def _boxed(compiled: Callable[[list[Any]], Any], written: Sequence[int] = ()) -> Callable[..., Any]:
-    def run(*args: Any) -> Any:
-        return _with_written_slots(compiled(list(args)), written)
-
-    return run
-
-
-def _no_grad_boxed(compiled: Callable[[list[Any]], Any], written: Sequence[int] = ()) -> Callable[..., Any]:
-    """Inference graphs run with grad off, as in torch's AOT (``out=`` kernels reject grad)."""
-    set_grad_enabled = _torch.set_grad_enabled
-
-    def run(*args: Any) -> Any:
-        enabled = torch.is_grad_enabled()
-        set_grad_enabled(False)
-        try:
-            return _with_written_slots(compiled(list(args)), written)
-        finally:
-            set_grad_enabled(enabled)
-
-    return run
-
-
-def _backward_call(compiled: Callable[[list[Any]], Any], expected: Sequence[Any], check: Sequence[int],
-                   donated: Sequence[int] = ()) -> Callable[..., Any]:
-    """The backward's callable: inputs in ``check`` whose strides differ from the traced ones are
-    copied first, and the ``donated`` inputs too when the backward keeps its graph (a later
-    backward reads them again, and this one overwrites them).
-
-    It also takes its inputs boxed (``run.passkit_boxed(list)``, a list it empties), so that the
-    runtime can drop its own references and the saved tensors die as the backward goes.
-    """
-    layouts = [(k, _traced_layout(expected[k])) for k in check]
-    keeps_graph = _torch.backward_keeps_graph
-
-    def boxed_run(boxed: list[Any]) -> Any:
-        for k, layout in layouts:
-            value = boxed[k]
-            stride = layout if isinstance(layout, tuple) else _dense_strides(value.size(), layout.order)
-            if value.stride() != stride:
-                boxed[k] = torch.empty_strided(value.size(), stride, dtype=value.dtype, device=value.device).copy_(value)
-        if donated and keeps_graph():
-            for k in donated:
-                boxed[k] = boxed[k].clone()
-        return compiled(boxed)
-
-    def run(*args: Any) -> Any:
-        return boxed_run(list(args))
-
-    run.passkit_boxed = boxed_run  # type: ignore[attr-defined]
-    return run
-
-
-class _DenseOrder(pydantic.BaseModel):
-    """A symbolic program's traced layout: dense, dimensions from outermost to innermost."""
-
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
-
-    order: tuple[int, ...]
-
-
-def _traced_layout(value: torch.Tensor) -> tuple[int, ...] | _DenseOrder:
-    """The strides a tensor input must arrive with; in a symbolic program, whose strides are
-    expressions of the sizes, the order of its dimensions, to lay out densely at each call."""
-    strides = tuple(value.stride())
-    if all(isinstance(s, int) for s in strides):
-        return strides
-    hints = [_torch.size_hint(s) for s in strides]
-    return _DenseOrder(order=tuple(sorted(range(len(hints)), key=lambda d: -hints[d])))
-
-
-def _dense_strides(size: Sequence[int], order: Sequence[int]) -> tuple[int, ...]:
-    strides = [0] * len(size)
-    step = 1
-    for d in reversed(order):
-        strides[d] = step
-        step *= max(size[d], 1)
-    return tuple(strides)
 
 
 def _compile(program: Program, name: str, examples: list[Any], options: InductorOptions, *,
@@ -335,7 +164,7 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
              ) -> tuple[Callable[[list[Any]], Any], Any, cache_form.InductorRecipe | None, str | None]:
     graph = _graph_for_inductor(program.graphs[name], options)
     if written:
-        _write_mutations_in_graph(graph, written)
+        memory.write_mutations_in_graph(graph, written)
     if donated:
         _torch.mark_donated_inputs(graph, donated)
     config_patches = {**options.config_patches(), **_region_config(graph), **_draw_order_config(graph, options)}
@@ -399,19 +228,12 @@ def _region_config(graph: GraphModule) -> dict[str, Any]:
     return {"allow_buffer_reuse": False} if _torch.region_results_alias_operands(graph) else {}
 
 
-def _with_source(fn: Callable[..., Any], source: str | None) -> Callable[..., Any]:
-    """``fn`` showing the code Inductor generated, for dumps and traces (``passkit_source``)."""
-    if source is not None:
-        fn.passkit_source = source  # type: ignore[attr-defined]
-    return fn
-
-
 def _compile_with_kernels_together(program: Program, options: InductorOptions, graphs: str,
                                    compile_graphs: Callable[[Program, InductorOptions], None]) -> None:
     """Compile the program's graphs with their kernels built together (and bundled), then count
     the kernels and their libraries in the report row. While it runs, the step's progress
     heartbeats say how many kernels Inductor has generated so far."""
-    device_type = _device_type(program.example_inputs) or "cpu"
+    device_type = calls.device_type(program.example_inputs) or "cpu"
     watched: list[_torch.KernelBuilds] = []  # the heartbeat also covers the wait for the builds
     try:
         with progress.detail(lambda: f"{watched[0].generated_so_far()} kernels generated so far" if watched else ""), \
@@ -429,17 +251,10 @@ def _compile_with_kernels_together(program: Program, options: InductorOptions, g
         program.record_stat("triton_kernels", builds.triton_kernels)
 
 
-def _device_type(values: Sequence[Any]) -> str | None:
-    """The device type of the program's kernels: the first tensor input's (a GPU wins over CPU
-    scalars that ride along)."""
-    types = [v.device.type for v in values if isinstance(v, torch.Tensor)]
-    return next((t for t in types if t != "cpu"), types[0] if types else None)
-
-
 def _compile_forward_and_backward(program: Program, options: InductorOptions) -> None:
-    graph_id, pair_state, pair = next(_graph_ids), _torch.InductorPairState(), cache_form.new_pair()
+    graph_id, pair_state, pair = next(calls.graph_ids), _torch.InductorPairState(), cache_form.new_pair()
     fw_io, bw_io = program.io("forward"), program.io("backward")
-    written = _mutations_to_write(program, "forward")
+    written = memory.mutations_to_write(program, "forward")
     if written:
         program.record_stat("mutations_written_in_graph", len(written))
     kept = [k for k in range(len(fw_io.outputs)) if k not in written]
@@ -460,7 +275,7 @@ def _compile_forward_and_backward(program: Program, options: InductorOptions) ->
             bw_examples[k] = _torch.restride_fake(value, stride)
     # A backward lowered whole by Inductor donates nothing to the regions it calls
     # (``_torch.inductor_compile`` drops them); called from Python, each call gets those it reads last.
-    donated = _donated_backward_inputs(program) if options.donate_saved else []
+    donated = memory.donated_backward_inputs(program) if options.donate_saved else []
     bw_compiled, _, bw_recipe, bw_source = _compile(
         program, "backward", bw_examples, options,
         is_backward=True, is_inference=False,
@@ -470,14 +285,14 @@ def _compile_forward_and_backward(program: Program, options: InductorOptions) ->
     )
     tangents = [k for k, d in enumerate(bw_io.inputs) if d.kind == "tangent" and isinstance(bw_examples[k], torch.Tensor)]
     program.compiled["forward"] = cache_form.cacheable(
-        _with_source(_boxed(fw_compiled, sorted(written)), fw_source), fw_recipe, "boxed", written=sorted(written))
+        calls.with_source(calls.boxed(fw_compiled, sorted(written)), fw_source), fw_recipe, "boxed", written=sorted(written))
     program.compiled["backward"] = cache_form.cacheable(
-        _with_source(_backward_call(bw_compiled, bw_examples, tangents, donated), bw_source), bw_recipe, "strides_of", tangents)
+        calls.with_source(calls.backward_call(bw_compiled, bw_examples, tangents, donated), bw_source), bw_recipe, "strides_of", tangents)
 
 
 def _compile_main(program: Program, options: InductorOptions) -> None:
     io = program.io("main")
-    written = _mutations_to_write(program, "main")
+    written = memory.mutations_to_write(program, "main")
     if written:
         program.record_stat("mutations_written_in_graph", len(written))
     kept = [k for k in range(len(io.outputs)) if k not in written]
@@ -486,10 +301,10 @@ def _compile_main(program: Program, options: InductorOptions) -> None:
         is_backward=False, is_inference=True,
         static=[k for k, d in enumerate(io.inputs) if d.kind in ("param", "buffer")],
         visible=[j for j, k in enumerate(kept) if io.outputs[k].kind == "user"],
-        graph_id=next(_graph_ids), pair_state=_torch.InductorPairState(), written=written,
+        graph_id=next(calls.graph_ids), pair_state=_torch.InductorPairState(), written=written,
     )
     program.compiled["main"] = cache_form.cacheable(
-        _with_source(_no_grad_boxed(compiled, sorted(written)), source), recipe, "no_grad", written=sorted(written))
+        calls.with_source(calls.no_grad_boxed(compiled, sorted(written)), source), recipe, "no_grad", written=sorted(written))
 
 
 def inductor_cache_context(options: InductorOptions) -> str:

@@ -4,7 +4,7 @@ A compiled Inductor graph holds generated modules and kernels that do not pickle
 what Inductor was given: the graph (after passkit's stages and ``codegen.inductor``'s own
 preparation), the sizes, strides and dtypes of its inputs, and the arguments of the inner
 compile. That is an ``InductorRecipe``; each compiled callable carries one through
-``passkit_cache_payload()`` (see ``passkit.cache``).
+``passkit_cache_payload()`` (see ``passkit.cache.store``).
 
 On a hit, ``load`` runs Inductor's inner compiler on the stored graph again, and none of
 passkit's stages. The inputs are rebuilt as fake tensors in a fake mode with a shape
@@ -43,6 +43,7 @@ from typing import Any, Callable, Literal, Sequence
 from torch.fx import GraphModule
 
 from passkit import _torch
+from passkit.passes import codegen_inductor_calls as calls
 
 __all__ = ["InductorRecipe", "snapshot", "cacheable", "load", "LOADER"]
 
@@ -139,13 +140,11 @@ def _payload(recipe: InductorRecipe) -> tuple[str, InductorRecipe] | None:
 
 
 def _graph_id_and_device(recipe: InductorRecipe) -> tuple[int, Any]:
-    from passkit.passes import codegen_inductor
-
     key = (recipe.pair, threading.get_ident())
     with _pairs_lock:
         if recipe.is_backward and key in _pairs:
             return _pairs.pop(key)
-        found = (next(codegen_inductor._graph_ids), _torch.InductorPairState())
+        found = (next(calls.graph_ids), _torch.InductorPairState())
         if not recipe.is_backward and not recipe.is_inference:
             _pairs[key] = found
         return found
@@ -154,8 +153,6 @@ def _graph_id_and_device(recipe: InductorRecipe) -> tuple[int, Any]:
 def load(recipe: InductorRecipe) -> Callable[..., Any]:
     """Compile a stored graph again (Inductor's FX graph cache usually answers) and wrap it as
     ``codegen.inductor`` did; any failure makes the compile cache drop the entry."""
-    from passkit.passes import codegen_inductor
-
     if not isinstance(recipe, InductorRecipe) or recipe.format != FORMAT:
         raise ValueError("written by another version of codegen.inductor")
     graph = _torch.graph_from_data(recipe.graph)
@@ -163,7 +160,7 @@ def load(recipe: InductorRecipe) -> Callable[..., Any]:
         raise ValueError("the stored graph reloads to other code")
     examples = list(recipe.inputs) if recipe.symbolic else _torch.fakes_with_shape_env(recipe.inputs)
     graph_id, pair_state = _graph_id_and_device(recipe)
-    device_type = codegen_inductor._device_type(examples) or "cpu"
+    device_type = calls.device_type(examples) or "cpu"
     with _torch.kernels_compiled_together(bundle=recipe.bundle_kernels, device_type=device_type):
         compiled, _ = _torch.inductor_compile(
             graph, examples, is_backward=recipe.is_backward, is_inference=recipe.is_inference,
@@ -173,10 +170,10 @@ def load(recipe: InductorRecipe) -> Callable[..., Any]:
         )
     fn = _torch.inductor_callable(compiled)
     if recipe.wrapper == "strides_of":
-        wrapped = codegen_inductor._backward_call(fn, examples, recipe.check, recipe.donated)
+        wrapped = calls.backward_call(fn, examples, recipe.check, recipe.donated)
     elif recipe.wrapper == "no_grad":
-        wrapped = codegen_inductor._no_grad_boxed(fn, recipe.written)
+        wrapped = calls.no_grad_boxed(fn, recipe.written)
     else:
-        wrapped = codegen_inductor._boxed(fn, recipe.written)
-    wrapped = codegen_inductor._with_source(wrapped, _torch.inductor_source(compiled))
+        wrapped = calls.boxed(fn, recipe.written)
+    wrapped = calls.with_source(wrapped, _torch.inductor_source(compiled))
     return cacheable(wrapped, recipe, recipe.wrapper, recipe.check, recipe.written)

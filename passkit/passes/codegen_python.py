@@ -15,9 +15,9 @@ from typing import Any, Callable
 import torch
 from torch.fx import Graph, GraphModule
 
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
-from passkit.program import Program
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
+from passkit.core.program import Program
 
 __all__ = ["codegen_python", "fast_call_graph"]
 

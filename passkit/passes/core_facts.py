@@ -3,7 +3,7 @@
 
 The checkers look into the subgraphs of higher-order ops too. An essential built-in plugin (it cannot be blocked, and is there even in a manager built
 without the other built-ins): it registers these facts through ``passkit_register_facts``,
-like any plugin registers its own. The rules about facts are ``passkit.facts``'.
+like any plugin registers its own. The rules about facts are ``passkit.core.facts``'.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import operator
 from typing import Any
 
 from passkit import _torch
-from passkit.facts import Fact
-from passkit.hookspecs import hookimpl
-from passkit.program import Program, TargetOpset
+from passkit.core.facts import Fact
+from passkit.core.hookspecs import hookimpl
+from passkit.core.program import Program, TargetOpset
 
 __all__ = ["passkit_register_facts"]
 

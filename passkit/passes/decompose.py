@@ -20,9 +20,9 @@ import pydantic
 import torch
 
 from passkit import _torch
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
-from passkit.program import Program, TargetOpset
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
+from passkit.core.program import Program, TargetOpset
 
 __all__ = ["decompose", "DecomposeOptions", "resolve_op"]
 

@@ -14,10 +14,10 @@ import torch
 from torch.fx import GraphModule
 
 from passkit import _torch
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
 from passkit.passes.hidden_mutations import HiddenWrites, find_hidden_writes
-from passkit.program import Desc, GraphIO, Program
+from passkit.core.program import Desc, GraphIO, Program
 
 __all__ = ["functionalize"]
 

@@ -14,9 +14,9 @@ from typing import Any
 from torch.fx import GraphModule, Node
 
 from passkit import _torch
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
-from passkit.program import Program
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
+from passkit.core.program import Program
 
 __all__ = ["dce", "cse"]
 

@@ -2,7 +2,7 @@
 
 The joint graph's inputs are the primals (``primals_N``) and one tangent per output that needs
 grad (``tangents_N``); its outputs are main's outputs followed by one gradient per input that
-requires grad. The joint function (``passkit.autodiff``) is traced inside ``make_fx``; when the
+requires grad. The joint function (``passkit.autodiff.plain``) is traced inside ``make_fx``; when the
 backward comes out with in-place ops, the trace is repeated under functionalization, so the
 result is functional. The bodies of ``invoke_subgraph`` calls are split into forward and backward
 here, once per body, by passkit's min-cut (``partition_min_cut.body_partition``) unless the
@@ -16,12 +16,12 @@ from typing import Any, Literal
 from torch.fx import GraphModule, Node
 
 from passkit import _torch
-from passkit.autodiff import JointPlan, make_joint_fn
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
+from passkit.autodiff.plain import JointPlan, make_joint_fn
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
 from passkit.passes.partition_min_cut import MinCutOptions, body_partition
-from passkit.program import Desc, GraphIO, Program
-from passkit.subclass_autodiff import SubclassJoint
+from passkit.core.program import Desc, GraphIO, Program
+from passkit.autodiff.subclasses import SubclassJoint
 
 __all__ = ["joint"]
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from passkit import _torch
 from passkit.errors import PassError
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
-from passkit.program import Program
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
+from passkit.core.program import Program
 
 __all__ = ["inductor_passes"]
 

@@ -20,9 +20,9 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 from passkit import _torch
 from passkit.errors import PassError
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import Pass, graph_pass
-from passkit.program import Desc, GraphIO, Program
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import Pass, graph_pass
+from passkit.core.program import Desc, GraphIO, Program
 
 __all__ = ["BudgetOptions", "default_partition", "partitioner", "torch_min_cut", "split_joint"]
 

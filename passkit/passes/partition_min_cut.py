@@ -35,11 +35,11 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 from passkit import _torch
 from passkit.errors import PassError
-from passkit.hookspecs import hookimpl
+from passkit.core.hookspecs import hookimpl
 from passkit.passes.partition import BudgetOptions, _install, partitioner, split_joint
 from passkit.passes.partition_costs import estimator_for, node_bytes, storage_root
 from passkit.passes.partition_plan import Plan, PlanError, Problem
-from passkit.program import Desc, GraphIO, Program
+from passkit.core.program import Desc, GraphIO, Program
 
 __all__ = ["body_partition", "min_cut", "MinCutOptions", "parse_size", "format_size", "SMALLEST_STAT"]
 
@@ -271,7 +271,7 @@ def _plan(joint_gm: GraphModule, io: GraphIO, options: MinCutOptions) -> tuple[P
             f"partition.min_cut: max_saved = {options.max_saved!r} cannot be met; the smallest limit this "
             f"program can meet is {format_size(smallest.bytes)} ({smallest.bytes} bytes)"
         )
-        error.smallest_saved = smallest.bytes  # what the model-wide ledger (passkit.saved_limit) reads
+        error.smallest_saved = smallest.bytes  # what the model-wide ledger (passkit.frontends.saved_limit) reads
         raise error
     return plan, smallest, rules, problem, limited_by
 

@@ -42,13 +42,13 @@ from torch.fx import GraphModule, Node
 
 from passkit import _torch
 from passkit.errors import PassError
-from passkit.failed_node import source_line
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
-from passkit.program import Program
+from passkit.core.failed_node import source_line
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
+from passkit.core.program import Program
 
 if TYPE_CHECKING:
-    from passkit.hookspecs import StepContext
+    from passkit.core.hookspecs import StepContext
 
 __all__ = ["reinplace"]
 

@@ -18,7 +18,7 @@ some of their patterns (``"attention:sdpa"``), as ``passkit bisect`` writes it i
 
 The step declares the loosest ``tolerance`` of the sets it applies (``PatternSet.tolerance``,
 as configured by ``set_options``), so numerics checks of a pipeline that ran it accept an
-approximation a set declares (``passkit.compare.tolerance_for``).
+approximation a set declares (``passkit.verify.compare.tolerance_for``).
 
 Before each application the pass asks ``context.should_apply`` (the ``passkit_should_apply``
 hook), so a plugin can veto single applications (bisection finds the first bad one that way).
@@ -33,14 +33,14 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 
 from passkit import _torch
-from passkit.failed_node import source_line
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
+from passkit.core.failed_node import source_line
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
 from passkit.patterns.sets import BUILTIN_SETS
-from passkit.program import Program
+from passkit.core.program import Program
 
 if TYPE_CHECKING:
-    from passkit.hookspecs import StepContext
+    from passkit.core.hookspecs import StepContext
 
 __all__ = ["rewrite", "RewriteOptions", "resolve_pattern_set", "sets_tolerance", "stage_of"]
 
@@ -146,7 +146,7 @@ def sets_tolerance(options: RewriteOptions) -> tuple[float, float] | None:
     """The loosest of the pattern sets the step applies.
 
     None when no set declares one: they keep eager's numerics."""
-    from passkit.compare import loosest
+    from passkit.verify.compare import loosest
 
     sets = [resolve_pattern_set(name).configured(options.set_options.get(name)) for name in options.patterns]
     return loosest(s.tolerance for s in sets)

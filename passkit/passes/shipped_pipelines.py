@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from passkit.hookspecs import hookimpl
+from passkit.core.hookspecs import hookimpl
 
 __all__ = ["SHIPPED_DIR", "passkit_register_pipelines"]
 

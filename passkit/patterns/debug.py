@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from torch.fx import GraphModule, Node
 
-from passkit.failed_node import source_line
+from passkit.core.failed_node import source_line
 from passkit.patterns.driver import root_targets
 from passkit.patterns.matcher import MATCHED_STRUCTURE, deepest_miss, explain_miss, target_matches
 from passkit.patterns.model import Pattern

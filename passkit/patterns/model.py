@@ -32,7 +32,7 @@ import inspect
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Callable
 
-from passkit.compare import loosest
+from passkit.verify.compare import loosest
 
 __all__ = [
     "ANY",

@@ -1,7 +1,7 @@
 """Own the fact-contract check: does each step find the facts it requires, in order?
 
-Facts start as ``passkit.facts.INITIAL_FACTS``. Which steps apply and which facts hold after
-each are ``passkit.facts``' rules (``applies``, ``after``), the same ones the runner follows.
+Facts start as ``passkit.core.facts.INITIAL_FACTS``. Which steps apply and which facts hold after
+each are ``passkit.core.facts``' rules (``applies``, ``after``), the same ones the runner follows.
 The plan must end with ``compiled``.
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from passkit.errors import PipelineError
-from passkit.facts import FINAL_FACT, INITIAL_FACTS, after, applies
+from passkit.core.facts import FINAL_FACT, INITIAL_FACTS, after, applies
 
 if TYPE_CHECKING:
-    from passkit.pass_api import Pass
+    from passkit.core.pass_api import Pass
     from passkit.pipeline.model import Pipeline, Step
-    from passkit.registry import Registry
+    from passkit.core.registry import Registry
 
 __all__ = ["check_contracts", "step_applies"]
 
@@ -23,7 +23,7 @@ PREFERRED_CODEGEN = "codegen.python"
 
 
 def step_applies(step: Step, pass_: Pass, *, training: bool) -> bool:
-    """Whether ``step`` runs in a training (or inference) plan (``passkit.facts.applies``)."""
+    """Whether ``step`` runs in a training (or inference) plan (``passkit.core.facts.applies``)."""
     return applies(enabled=step.enabled, when=step.when, pass_=pass_, training=training)
 
 

@@ -20,7 +20,7 @@ from passkit.pipeline.overlay import Draft, apply_file, check_top_level, finaliz
 from passkit.pipeline.slots import check_slots
 
 if TYPE_CHECKING:
-    from passkit.registry import Registry
+    from passkit.core.registry import Registry
 
 __all__ = ["load_pipeline", "is_pipeline_name", "read_toml"]
 

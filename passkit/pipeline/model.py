@@ -26,7 +26,7 @@ from passkit.pipeline.messages import (
 from passkit.pipeline.scalars import scalar_mismatch
 
 if TYPE_CHECKING:
-    from passkit.pass_api import Pass
+    from passkit.core.pass_api import Pass
 
 __all__ = ["Settings", "Step", "Pipeline", "options_json"]
 
@@ -45,14 +45,14 @@ class Settings(pydantic.BaseModel):
     dump_dir: str = "passkit-dump"
     on_error: Literal["raise", "eager"] = "raise"
     # A failing step writes a reproducer here; "" writes none. Unset: $PASSKIT_REPRO_DIR, else a
-    # folder under the system temp directory (passkit.debug.repro.repro_root).
+    # folder under the system temp directory (passkit.artifacts.reproducer.repro_root).
     repro_dir: str | None = None
     report: str = ""  # an HTML report of the run is written to this file; "" writes none
     # What ``verify = "numerics"`` and ``passkit run`` accept as equal to eager (``allclose``);
     # a pass may declare a looser tolerance of its own (``graph_pass(..., tolerance=...)``).
     rtol: float = pydantic.Field(default=1e-4, ge=0)
     atol: float = pydantic.Field(default=1e-5, ge=0)
-    # The on-disk compile cache (``passkit.cache``); "off" neither reads nor writes entries.
+    # The on-disk compile cache (``passkit.cache.store``); "off" neither reads nor writes entries.
     cache: Literal["on", "off"] = "on"
 
 
@@ -69,7 +69,7 @@ class Step:
     origin: dict[str, str]  # "pass", "when", "enabled", each option -> file that set it
     # Where the step was written, for messages: "x.toml: steps[1] (partition.default)".
     location: str = ""
-    # The Inductor custom-pass slot a mounted file runs the step in (``passkit.inductor_slots``).
+    # The Inductor custom-pass slot a mounted file runs the step in (``passkit.frontends.inductor_slots``).
     slot: str | None = None
 
     @property

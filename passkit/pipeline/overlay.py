@@ -40,8 +40,8 @@ from passkit.pipeline.schema import (
 )
 
 if TYPE_CHECKING:
-    from passkit.pass_api import Pass
-    from passkit.registry import Registry
+    from passkit.core.pass_api import Pass
+    from passkit.core.registry import Registry
 
 __all__ = ["Draft", "DraftStep", "check_top_level", "read_header", "apply_file", "finalize"]
 

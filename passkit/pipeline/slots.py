@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from passkit.errors import PipelineError
-from passkit.facts import FINAL_FACT, applies
+from passkit.core.facts import FINAL_FACT, applies
 from passkit.pipeline.schema import SLOT_NAMES
 
 if TYPE_CHECKING:
     from passkit.pipeline.model import Pipeline, Step
-    from passkit.registry import Registry
+    from passkit.core.registry import Registry
 
 __all__ = ["SLOTS", "Slot", "check_slots", "slot_steps"]
 

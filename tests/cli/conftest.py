@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
-from passkit.plugins import make_plugin_manager
-from passkit.program import Program
-from passkit.registry import Registry, build_registry
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
+from passkit.core.plugins import make_plugin_manager
+from passkit.core.program import Program
+from passkit.core.registry import Registry, build_registry
 
 
 @graph_pass("t.functional", produces={"functional"})
@@ -47,7 +47,7 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> Registry:
     pm = make_plugin_manager(load_entry_points=False, builtins=False)
     pm.register(CliTestPasses(), name="clitest")
     built = build_registry(pm)
-    monkeypatch.setattr("passkit.registry.get_registry", lambda: built)
+    monkeypatch.setattr("passkit.core.registry.get_registry", lambda: built)
     return built
 
 

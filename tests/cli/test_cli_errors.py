@@ -18,9 +18,9 @@ def _failing_check(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> Non
     def run_check(*args, **kwargs):
         raise error
 
-    module = types.ModuleType("passkit.check")
+    module = types.ModuleType("passkit.frontends.check")
     module.run_check = run_check
-    monkeypatch.setitem(sys.modules, "passkit.check", module)
+    monkeypatch.setitem(sys.modules, "passkit.frontends.check", module)
 
 
 PASS_ERROR = "good.toml: steps[3] (fx.dce) failed: ValueError: bad node (after: functionalize, decompose, joint)"

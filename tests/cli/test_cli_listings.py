@@ -7,11 +7,11 @@ import re
 from pathlib import Path
 
 from passkit.cli import main
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
-from passkit.plugins import make_plugin_manager
-from passkit.program import Program
-from passkit.registry import build_registry
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
+from passkit.core.plugins import make_plugin_manager
+from passkit.core.program import Program
+from passkit.core.registry import build_registry
 
 
 def test_passes_lists_contract_options_and_summary(cli, registry) -> None:
@@ -77,7 +77,7 @@ def test_passes_show_a_declared_tolerance(cli, monkeypatch) -> None:
     pm = make_plugin_manager(load_entry_points=False, builtins=False)
     pm.register(Approximate(), name="approx")
     built = build_registry(pm)
-    monkeypatch.setattr("passkit.registry.get_registry", lambda: built)
+    monkeypatch.setattr("passkit.core.registry.get_registry", lambda: built)
     text = cli.invoke(main, ["passes"])
     assert text.exit_code == 0
     assert text.stdout == (

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from passkit.cli.live import LiveTable
-from passkit.progress import ProgressEvent
-from passkit.report import Report, StepRecord
+from passkit.core.progress import ProgressEvent
+from passkit.core.report import Report, StepRecord
 
 PLAN = types.SimpleNamespace(name="p", steps=[
     types.SimpleNamespace(id="functionalize", pass_name="functionalize"),

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 import passkit
 from passkit.cli import main
 from passkit.patterns import Op, Pattern, PatternSet, Var
-from passkit.plugins import make_plugin_manager
-from passkit.registry import build_registry
+from passkit.core.plugins import make_plugin_manager
+from passkit.core.registry import build_registry
 
 aten = torch.ops.aten
 LONG = "a_plugin_with_a_long_name:exact_gelu_to_its_tanh_approximation"
@@ -41,7 +41,7 @@ def registry(monkeypatch: pytest.MonkeyPatch):
     pm = make_plugin_manager(load_entry_points=False, builtins=False)
     pm.register(SetsPlugin(), name="sets")
     built = build_registry(pm)
-    monkeypatch.setattr("passkit.registry.get_registry", lambda: built)
+    monkeypatch.setattr("passkit.core.registry.get_registry", lambda: built)
     return built
 
 

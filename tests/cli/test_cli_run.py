@@ -1,6 +1,6 @@
 """`passkit run`: progress, report tables, the verdict line, JSON output and exit codes.
 
-``passkit.check.run_check`` is replaced by a fake so these tests exercise only the command's
+``passkit.frontends.check.run_check`` is replaced by a fake so these tests exercise only the command's
 formatting and exit codes, not compilation.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, Callable
 import pytest
 
 from passkit.cli import main
-from passkit.report import Report, StepRecord
+from passkit.core.report import Report, StepRecord
 
 
 @dataclass
@@ -51,7 +51,7 @@ PLAN = types.SimpleNamespace(name="good", steps=[
 
 
 class FakeCheck:
-    """Stands in for ``passkit.check``: records its arguments, reports progress, returns a result."""
+    """Stands in for ``passkit.frontends.check``: records its arguments, reports progress, returns a result."""
 
     def __init__(self, result: FakeCheckResult | None = None, error: BaseException | None = None) -> None:
         self.result = result or FakeCheckResult(reports=[Report("good", list(RECORDS), seconds=0.003)])
@@ -75,9 +75,9 @@ class FakeCheck:
 def fake_check(monkeypatch: pytest.MonkeyPatch) -> Callable[..., FakeCheck]:
     def install(**kwargs: Any) -> FakeCheck:
         fake = FakeCheck(**kwargs)
-        module = types.ModuleType("passkit.check")
+        module = types.ModuleType("passkit.frontends.check")
         module.run_check = fake.run_check
-        monkeypatch.setitem(sys.modules, "passkit.check", module)
+        monkeypatch.setitem(sys.modules, "passkit.frontends.check", module)
         monkeypatch.delenv("PASSKIT_DEBUG", raising=False)
         return fake
 

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from passkit.cli import main
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
-from passkit.plugins import make_plugin_manager
-from passkit.program import Program
-from passkit.registry import build_registry
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
+from passkit.core.plugins import make_plugin_manager
+from passkit.core.program import Program
+from passkit.core.registry import build_registry
 
 
 def test_validate_reports_each_file_and_exits_0_when_all_are_valid(cli, registry, workdir, good_toml) -> None:
@@ -204,7 +204,7 @@ def approximating(monkeypatch):
     pm = make_plugin_manager(load_entry_points=False, builtins=False)
     pm.register(Approximating(), name="approx")
     built = build_registry(pm)
-    monkeypatch.setattr("passkit.registry.get_registry", lambda: built)
+    monkeypatch.setattr("passkit.core.registry.get_registry", lambda: built)
     return built
 
 

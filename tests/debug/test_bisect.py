@@ -8,12 +8,13 @@ import pytest
 
 import passkit
 import planted_bugs
-from passkit.debug.bisect import StepFilter, write_minimal
+from passkit.debug.bisect import write_minimal
+from passkit.debug.trial import StepFilter
 from passkit.debug.bisect_model import bisect_model
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
-from passkit.plugins import get_plugin_manager
-from passkit.registry import get_registry
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
+from passkit.core.plugins import get_plugin_manager
+from passkit.core.registry import get_registry
 from tiny_programs import Kit, make_program
 
 FIXED_TRAINING = str(Path(__file__).resolve().parent / "fixed_training.toml")

@@ -10,8 +10,8 @@ import passkit
 import planted_bugs
 from passkit.debug.bisect import confirm, write_minimal
 from passkit.debug.bisect_model import bisect_model
-from passkit.plugins import get_plugin_manager
-from passkit.registry import get_registry
+from passkit.core.plugins import get_plugin_manager
+from passkit.core.registry import get_registry
 
 FIXED_TRAINING = str(Path(__file__).resolve().parent / "fixed_training.toml")
 # The model line that makes the add the planted pattern scales first.

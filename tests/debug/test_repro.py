@@ -14,8 +14,8 @@ import torch
 import passkit
 import planted_bugs
 from passkit.debug.replay import replay
-from passkit.plugins import get_plugin_manager
-from passkit.registry import get_registry
+from passkit.core.plugins import get_plugin_manager
+from passkit.core.registry import get_registry
 
 FIXED_TRAINING = str(Path(__file__).resolve().parent / "fixed_training.toml")
 

@@ -23,7 +23,7 @@ EXPLODING = '[pipeline]\nname = "exploding"\nextends = "training-python"\n\n[[st
 
 SCRIPT = """
 import sys, torch, passkit, planted_bugs
-from passkit.plugins import get_plugin_manager
+from passkit.core.plugins import get_plugin_manager
 
 get_plugin_manager().register(planted_bugs, name="planted_bugs")
 compiled = torch.compile(lambda x: x.sin() * 2, backend=passkit.backend(sys.argv[1]))

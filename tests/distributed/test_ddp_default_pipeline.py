@@ -100,7 +100,7 @@ class _FailsOnALaterPiece:
 
     @staticmethod
     def plugin() -> Any:
-        from passkit.hookspecs import hookimpl
+        from passkit.core.hookspecs import hookimpl
 
         planted = _FailsOnALaterPiece._pass()
 
@@ -114,7 +114,7 @@ class _FailsOnALaterPiece:
 
 def _failing_rank(rank: int, world: int, init_method: str, out_dir: str) -> None:
     import passkit
-    from passkit.plugins import get_plugin_manager
+    from passkit.core.plugins import get_plugin_manager
 
     _init(rank, world, init_method)
     try:

@@ -1,4 +1,4 @@
-"""docs/hooks.md documents exactly the hooks in passkit.hookspecs, and its examples work.
+"""docs/hooks.md documents exactly the hooks in passkit.core.hookspecs, and its examples work.
 
 Each hook's heading is rebuilt from the spec pluggy reads (``## name(arg, ...)``), so adding,
 renaming or extending a hook without updating the page fails here, and so does a section for a
@@ -17,12 +17,12 @@ import torch
 
 import passkit
 
-from passkit import hookspecs
-from passkit.capture import program_from_function
+from passkit.core import hookspecs
+from passkit.frontends.capture import program_from_function
 from passkit.pipeline import load_pipeline
-from passkit.plugins import make_plugin_manager
-from passkit.registry import build_registry
-from passkit.runner import run_pipeline
+from passkit.core.plugins import make_plugin_manager
+from passkit.core.registry import build_registry
+from passkit.core.runner import run_pipeline
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "hooks.md"
 HEADING = re.compile(r"^## (\S+)\((.*)\)$", re.MULTILINE)

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from passkit.compare import compare_values
+from passkit.verify.compare import compare_values
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 TOLERANCE = re.compile(r"tolerance=\(([0-9.e-]+), ([0-9.e-]+)\)")

@@ -25,7 +25,7 @@ import torch
 from click.testing import CliRunner
 
 import passkit
-from passkit import plugins
+from passkit.core import plugins
 from passkit.cli import main
 
 pytest_plugins = ["pytester"]
@@ -142,9 +142,9 @@ def project(project_files: tuple[Path, Any]) -> Path:
 
 def _warm_up_tracing() -> None:
     """Import the tracing stack now: pytester drops modules first imported during its runs."""
-    from passkit.capture import program_from_function
-    from passkit.evaluate import Reference
-    from passkit.registry import get_registry
+    from passkit.frontends.capture import program_from_function
+    from passkit.verify.evaluate import Reference
+    from passkit.core.registry import get_registry
 
     x = torch.ones(2, requires_grad=True)
     program = program_from_function(lambda x: (-(-x)).sin(), [x])

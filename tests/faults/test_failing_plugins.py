@@ -1,6 +1,6 @@
 """Plugins that fail while passkit builds its registry: every other plugin still loads.
 
-(Plugins that fail to import, or register a misspelt hook, are covered in tests/test_plugins.py.)
+(Plugins that fail to import, or register a misspelt hook, are covered in tests/core/test_plugins.py.)
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from passkit.errors import PasskitError
-from passkit.hookspecs import hookimpl
-from passkit.plugins import make_plugin_manager
-from passkit.registry import build_registry
+from passkit.core.hookspecs import hookimpl
+from passkit.core.plugins import make_plugin_manager
+from passkit.core.registry import build_registry
 
 
 class RaisesWhileRegistering:

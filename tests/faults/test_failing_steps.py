@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import passkit
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
-from passkit.program import Program
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
+from passkit.core.program import Program
 
 aten = torch.ops.aten
 

@@ -14,7 +14,7 @@ import pytest
 
 from passkit.errors import PipelineError
 from passkit.pipeline import load_pipeline
-from passkit.registry import get_registry
+from passkit.core.registry import get_registry
 
 _WATCHING: list[list[tuple[str, str]]] = []
 

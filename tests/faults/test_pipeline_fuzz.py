@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from passkit.errors import PipelineError
 from passkit.pipeline import Pipeline, load_pipeline
-from passkit.registry import get_registry
+from passkit.core.registry import get_registry
 
 PASSES = ["functionalize", "decompose", "joint", "partition.default", "fx.dce", "fx.cse", "codegen.python", "nope"]
 KEYS = [

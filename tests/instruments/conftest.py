@@ -7,9 +7,9 @@ from typing import Callable
 import pytest
 import torch
 
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
-from passkit.program import Program
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
+from passkit.core.program import Program
 
 from tiny_programs import Kit, make_program
 

@@ -15,7 +15,7 @@ import torch
 
 import passkit
 from passkit import _torch
-from passkit.cache import CACHE_ENV
+from passkit.cache.store import CACHE_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = str(ROOT / "pipelines" / "training-python.toml")

@@ -1,7 +1,7 @@
 """A step that runs over the threshold says it started, then beats with its elapsed time and the
 pass's own phrase; a quick step says nothing; callbacks that take events get them as data.
 
-The thresholds are lowered (``passkit.progress``'s module constants) so the sleeps stay short.
+The thresholds are lowered (``passkit.core.progress``'s module constants) so the sleeps stay short.
 Elapsed times depend on the machine's load, so the lines are matched whole with the figure as
 a pattern.
 """
@@ -15,12 +15,14 @@ import time
 
 import pytest
 
-from passkit import progress, runner
-from passkit.hookspecs import hookimpl
+from passkit.core import progress
+
+from passkit.core import runner
+from passkit.core.hookspecs import hookimpl
 from passkit.instruments import progress as progress_instrument
-from passkit.pass_api import graph_pass
-from passkit.program import Program
-from passkit.report import StepRecord
+from passkit.core.pass_api import graph_pass
+from passkit.core.program import Program
+from passkit.core.report import StepRecord
 
 from tiny_programs import Kit, make_program
 

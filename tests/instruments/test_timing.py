@@ -13,10 +13,10 @@ from typing import Generator
 
 import pytest
 
-from passkit.hookspecs import hookimpl
+from passkit.core.hookspecs import hookimpl
 from passkit.instruments import timing
-from passkit.pass_api import graph_pass
-from passkit.report import StepRecord
+from passkit.core.pass_api import graph_pass
+from passkit.core.report import StepRecord
 
 
 class FakeClock:
@@ -66,7 +66,7 @@ class SlowInstrument:
 
 
 def _kit_with_passes(kit):
-    from passkit.registry import build_registry
+    from passkit.core.registry import build_registry
 
     kit.pm.register(TimedPasses(), name="timed")
     kit.registry = build_registry(kit.pm)

@@ -215,7 +215,7 @@ def test_options_are_validated(tmp_path) -> None:
 def test_the_inductor_table_is_inductors_whole_table_and_ops_it_may_leave_stay_decomposed() -> None:
     from passkit import _torch
     from passkit.passes.core_facts import _in_opset
-    from passkit.program import TargetOpset
+    from passkit.core.program import TargetOpset
 
     aten = torch.ops.aten
     table = _torch.inductor_decompositions()
@@ -378,8 +378,7 @@ def test_a_long_codegen_beats_with_the_kernels_generated_so_far(
     import logging
     import re
 
-    from passkit import progress
-
+    from passkit.core import progress
     monkeypatch.setattr(progress, "STARTED_AFTER_S", 0.01)
     monkeypatch.setattr(progress, "HEARTBEAT_EVERY_S", 0.02)
     torch._dynamo.reset()

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import passkit
-from passkit.plugins import get_plugin_manager
-from passkit.registry import get_registry
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
+from passkit.core.plugins import get_plugin_manager
+from passkit.core.registry import get_registry
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
 
 
 def _ops(program) -> set[str]:
@@ -47,12 +47,12 @@ def test_core_aten_before_or_after_joint_keeps_numerics_and_facts(tmp_path, orde
 
 def test_keep_leaves_ops_whole_in_forward_and_backward(tmp_path) -> None:
     decompose = '[[steps]]\npass = "decompose"\nkeep = ["aten.gelu", "aten.gelu_backward.default", "aten._softmax.default"]\n'
-    from passkit.capture import program_from_function
+    from passkit.frontends.capture import program_from_function
 
     program = program_from_function(lambda x, w: torch.nn.functional.gelu(x @ w).softmax(-1),
                                     [torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)])
     pipeline = passkit.load_pipeline(_pipeline(tmp_path, decompose, verify="facts"))
-    from passkit.runner import run_pipeline
+    from passkit.core.runner import run_pipeline
 
     run_pipeline(pipeline, program, pm=get_plugin_manager(), registry=get_registry())
     ops = _ops(program)
@@ -61,8 +61,8 @@ def test_keep_leaves_ops_whole_in_forward_and_backward(tmp_path) -> None:
 
 
 def test_extra_adds_ops_from_the_full_table(tmp_path) -> None:
-    from passkit.capture import program_from_function
-    from passkit.runner import run_pipeline
+    from passkit.frontends.capture import program_from_function
+    from passkit.core.runner import run_pipeline
 
     program = program_from_function(lambda x: torch.nn.functional.gelu(x).t(), [torch.randn(3, 4)])
     path = tmp_path / "inf.toml"
@@ -123,8 +123,8 @@ def test_fact_verification_names_ops_outside_the_opset(tmp_path, plugin) -> None
 
 
 def test_plugins_register_decomposition_tables(tmp_path, plugin) -> None:
-    from passkit.capture import program_from_function
-    from passkit.runner import run_pipeline
+    from passkit.frontends.capture import program_from_function
+    from passkit.core.runner import run_pipeline
 
     program = program_from_function(lambda x: torch.nn.functional.gelu(x), [torch.randn(3)])
     path = tmp_path / "p.toml"

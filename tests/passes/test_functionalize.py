@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from passkit.capture import program_from_function
-from passkit.facts import failed_checks
+from passkit.frontends.capture import program_from_function
+from passkit.core.facts import failed_checks
 from passkit.passes.functionalize import functionalize
-from passkit.registry import get_registry
+from passkit.core.registry import get_registry
 
 
 def test_mutations_become_outputs_and_signature_records() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from passkit.capture import program_from_function
+from passkit.frontends.capture import program_from_function
 from passkit.passes.fx_cleanup import cse, dce
 
 

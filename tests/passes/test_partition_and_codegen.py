@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import passkit
-from passkit.capture import program_from_function
+from passkit.frontends.capture import program_from_function
 from passkit.passes.codegen_python import codegen_python
 from passkit.passes.functionalize import functionalize
 from passkit.passes.joint import joint

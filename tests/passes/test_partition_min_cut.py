@@ -11,7 +11,7 @@ from torch.utils.checkpoint import checkpoint
 
 import passkit
 from allocations import saved_from_outside
-from passkit.capture import program_from_function
+from passkit.frontends.capture import program_from_function
 from passkit.passes import partition_costs
 from passkit.passes.functionalize import functionalize
 from passkit.passes.joint import joint
@@ -300,7 +300,7 @@ def _conv_bn_inputs():
 def _partition_as_training(**options):
     """Partitioned as the shipped ``training`` pipeline does: Inductor's decompositions first
     (a batch norm becomes ``var_mean`` and pointwise ops), pointwise recomputation free."""
-    from passkit.registry import get_registry
+    from passkit.core.registry import get_registry
 
     program = program_from_function(_conv_bn, _conv_bn_inputs())
     functionalize(program)

@@ -232,9 +232,9 @@ def _gelu_chain(x: torch.Tensor) -> torch.Tensor:
 
 
 def _reinplaced(make_program, tmp_path: Path, x: torch.Tensor):
-    from passkit.plugins import get_plugin_manager
-    from passkit.registry import get_registry
-    from passkit.runner import run_pipeline
+    from passkit.core.plugins import get_plugin_manager
+    from passkit.core.registry import get_registry
+    from passkit.core.runner import run_pipeline
 
     program = make_program(_gelu_chain, x, passes=())
     pipeline = passkit.load_pipeline(_pipeline(tmp_path, "inference-python"))
@@ -276,8 +276,8 @@ def test_bisect_names_a_bad_reinplace_application(register_passkit_plugin, tmp_p
     import planted_bugs
     from passkit.debug.bisect_model import bisect_model
     from passkit.passes import reinplace as reinplace_module
-    from passkit.plugins import get_plugin_manager
-    from passkit.registry import get_registry
+    from passkit.core.plugins import get_plugin_manager
+    from passkit.core.registry import get_registry
 
     monkeypatch.chdir(tmp_path)
     real_pass = reinplace_module._torch.reinplace_graph

@@ -171,7 +171,7 @@ def test_patterns_are_traced_for_the_table_a_training_main_keeps() -> None:
 
     from passkit.passes.decompose import DecomposeOptions, _cached_table, main_table
     from passkit.passes.rewrite import resolve_pattern_set
-    from passkit.program import TargetOpset
+    from passkit.core.program import TargetOpset
 
     table, kept = _cached_table(DecomposeOptions().tables, [], [])
     opset = TargetOpset(("core_aten",), (), (), table=table, kept=kept)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from passkit.capture import program_from_function
+from passkit.frontends.capture import program_from_function
 from passkit.passes.functionalize import functionalize
 from passkit.patterns import (
     Op,

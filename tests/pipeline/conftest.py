@@ -10,10 +10,10 @@ from typing import Callable
 import pydantic
 import pytest
 
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
-from passkit.plugins import make_plugin_manager
-from passkit.registry import Registry, build_registry
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
+from passkit.core.plugins import make_plugin_manager
+from passkit.core.registry import Registry, build_registry
 
 
 def _noop(program) -> bool:

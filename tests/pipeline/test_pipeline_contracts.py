@@ -119,8 +119,8 @@ def test_a_plugins_own_joint_pass_makes_a_pipeline_trainable(tmp_path) -> None:
 
     import passkit
     from passkit.pipeline import load_pipeline
-    from passkit.plugins import make_plugin_manager
-    from passkit.registry import build_registry
+    from passkit.core.plugins import make_plugin_manager
+    from passkit.core.registry import build_registry
 
     @passkit.graph_pass("acme.joint", requires={"functional"}, produces={"joint"}, training_only=True)
     def acme_joint(program) -> bool:

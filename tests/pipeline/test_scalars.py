@@ -11,12 +11,12 @@ import pydantic
 import pytest
 
 from passkit.errors import PipelineError
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
 from passkit.pipeline.loader import load_pipeline
 from passkit.pipeline.scalars import scalar_mismatch
-from passkit.plugins import make_plugin_manager
-from passkit.registry import build_registry
+from passkit.core.plugins import make_plugin_manager
+from passkit.core.registry import build_registry
 
 BASE = "[pipeline]\nextends = 'base.toml'\n"
 CODEGEN = "[[steps]]\npass = 'codegen.python'\n"

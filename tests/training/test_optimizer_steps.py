@@ -70,7 +70,7 @@ def _dynamo(backend: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return lambda step: torch.compile(step, backend=backend)
 
 
-def _mutating_programs(compiler: passkit.api.PasskitBackend) -> int:
+def _mutating_programs(compiler: passkit.frontends.api.PasskitBackend) -> int:
     """How many inference programs the backend compiled that write to their inputs."""
     return sum(
         not program.training and any(info.mutates_data for info in program.signature.inputs)

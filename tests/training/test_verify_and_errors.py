@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import passkit
-from passkit.hookspecs import hookimpl
-from passkit.pass_api import graph_pass
+from passkit.core.hookspecs import hookimpl
+from passkit.core.pass_api import graph_pass
 
 
 @graph_pass("test.mul_to_add", requires={"functional"})

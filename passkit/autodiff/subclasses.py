@@ -1,0 +1,169 @@
+"""Own differentiating a program whose caller passes tensor subclasses: autograd at their level.
+
+``flatten_subclasses`` gives the passes a ``main`` over plain inner tensors. Its gradient cannot
+be taken there: eager differentiates the subclass values, and the subclass decides what a
+gradient is (a ``DTensor``'s replicated input gets the sum of its shards' partial gradients, a
+plain bias added to a ``TwoTensor`` gets a ``TwoTensor`` gradient). So, as AOT Autograd does, the
+joint is traced with autograd over the subclass values of the captured graph (``SubclassSource``)
+and flattened as it is traced: the joint graph holds plain-tensor ATen ops only, forward and
+backward. The tangents of a subclass output are its inner tensors' tangents, and each gradient
+is recorded with its own layout (``SubclassSource.grad_layouts``), which the runtime wrapper
+builds it back into.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch.fx import GraphModule
+
+from passkit._torch import subclasses as torch_subclasses
+from passkit._torch.subclasses import Layout
+from passkit.errors import PasskitError
+from passkit.core.program import Program
+
+__all__ = ["SubclassSource", "SubclassJoint"]
+
+
+@dataclass
+class SubclassSource:
+    """The captured graph over subclass values, and how its values map to the flat program."""
+
+    graph: GraphModule
+    input_layouts: list[Layout | None]
+    output_layouts: list[Layout | None]
+    input_names: list[str]  # one per caller input
+    symbolic: bool
+    flat_inputs: list[Any] = field(default_factory=list)  # the real inner tensors it was compiled for
+    grad_layouts: dict[int, Layout] = field(default_factory=dict)
+
+    def spans(self, layouts: Sequence[Layout | None]) -> list[range]:
+        """Which flat positions each value takes."""
+        spans, start = [], 0
+        for layout in layouts:
+            width = 1 if layout is None else layout.leaves
+            spans.append(range(start, start + width))
+            start += width
+        return spans
+
+
+def _is_float(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())
+
+
+class SubclassJoint:
+    """The joint function of a subclass program: ``f(*flat primals, *tangents) -> (*flat outputs, *grads)``."""
+
+    def __init__(self, program: Program, source: SubclassSource) -> None:
+        io = program.io("main")
+        if any(d.kind == "mutation" for d in io.outputs):
+            raise PasskitError(
+                "passkit: a program over tensor subclasses mutates an input; "
+                "training such a program is not supported, so compile it without the in-place update"
+            )
+        self.source = source
+        self.in_spans = source.spans(source.input_layouts)
+        self.out_spans = source.spans(source.output_layouts)
+        inputs = program.signature.inputs
+        # The values eager differentiates: a subclass input if it needs grad, a plain one likewise.
+        self.wrt = [
+            p for p, (layout, span) in enumerate(zip(source.input_layouts, self.in_spans))
+            if (layout.requires_grad if layout is not None else inputs[span[0]].requires_grad)
+        ]
+        self.grad_inputs = [i for i, info in enumerate(inputs) if info.requires_grad]
+        with program.fake_mode, torch.enable_grad():
+            outs = self._run(program.example_inputs)
+            self.diff_values = [j for j, out in enumerate(outs) if _is_float(out) and out.requires_grad]
+            flat_outs = self._flatten(outs)
+            self.diff_outputs = [k for j in self.diff_values for k in self.out_spans[j] if _is_float(flat_outs[k])]
+            self.tangent_examples = [torch.empty_like(flat_outs[k]) for k in self.diff_outputs]
+            self._record_grad_layouts(program, outs)
+        for info in program.signature.outputs:
+            info.requires_grad = False
+        for j in self.diff_values:
+            for k in self.out_spans[j]:
+                program.signature.outputs[k].requires_grad = _is_float(flat_outs[k])
+
+    def _args(self, primals: Sequence[Any]) -> list[Any]:
+        args = []
+        for layout, span in zip(self.source.input_layouts, self.in_spans):
+            if layout is None:
+                args.append(primals[span[0]])
+                continue
+            leaves = iter(primals[k].detach() for k in span)
+            value = torch_subclasses.unflatten_value(layout, leaves)
+            if layout.requires_grad and not value.requires_grad:
+                value.requires_grad_(True)
+            args.append(value)
+        return args
+
+    def _run(self, primals: Sequence[Any]) -> list[Any]:
+        # The subclass values of this run stay for ``_grads``, which differentiates with respect to them.
+        self.last_args = self._args(primals)
+        outs = torch.fx.Interpreter(self.source.graph).run(*self.last_args)
+        return list(outs) if isinstance(outs, (tuple, list)) else [outs]
+
+    def _flatten(self, outs: Sequence[Any]) -> list[Any]:
+        flat: list[Any] = []
+        for out, layout in zip(outs, self.source.output_layouts):
+            flat += [out] if layout is None else torch_subclasses.flatten_value(out)
+        return flat
+
+    def _grads(self, outs: Sequence[Any], tangents: Sequence[Any], flat_outs: Sequence[Any]) -> list[Any]:
+        by_leaf = dict(zip(self.diff_outputs, tangents))
+        grad_outputs = []
+        for j in self.diff_values:
+            layout, span = self.source.output_layouts[j], self.out_spans[j]
+            if layout is None:
+                grad_outputs.append(by_leaf[span[0]])
+            else:
+                # A leaf without a tangent (a jagged tensor's offsets) is the output's own.
+                leaves = iter(by_leaf.get(k, flat_outs[k]) for k in span)
+                grad_outputs.append(torch_subclasses.unflatten_value(layout, leaves))
+        wrt = [self.last_args[p] for p in self.wrt]
+        grads = torch.autograd.grad([outs[j] for j in self.diff_values], wrt, grad_outputs, allow_unused=True)
+        return list(grads)
+
+    def _record_grad_layouts(self, program: Program, outs: Sequence[Any]) -> None:
+        tangents = [torch.ones_like(t) for t in self.tangent_examples]
+        grads = self._grads(outs, tangents, self._flatten(outs))
+        for p, grad in zip(self.wrt, grads):
+            layout = self.source.input_layouts[p]
+            name = self.source.input_names[p]
+            if grad is None:
+                continue
+            if layout is None and torch_subclasses.is_subclass(grad):
+                raise PasskitError(
+                    f"passkit: the gradient of plain input '{name}' is a {type(grad).__name__}, which a compiled "
+                    f"program cannot return; make '{name}' a {type(grad).__name__} too, or compile without it"
+                )
+            if layout is not None:
+                grad_layout = torch_subclasses.layout_of(grad) if torch_subclasses.is_subclass(grad) else None
+                if grad_layout is None or grad_layout.leaves != layout.leaves:
+                    raise PasskitError(
+                        f"passkit: the gradient of input '{name}' ({layout.describe()}) is a "
+                        f"{grad_layout.describe() if grad_layout else type(grad).__name__}; "
+                        "a compiled program needs it built like the input"
+                    )
+                self.source.grad_layouts[p] = grad_layout
+
+    def __call__(self, *flat: Any) -> tuple[Any, ...]:
+        n = sum(len(span) for span in self.in_spans)
+        primals, tangents = flat[:n], flat[n:]
+        with torch.enable_grad():
+            outs = self._run(primals)
+        flat_outs = self._flatten(outs)
+        grads = self._grads(outs, tangents, flat_outs) if self.diff_values and self.wrt else [None] * len(self.wrt)
+        grad_of = dict(zip(self.wrt, grads))
+        owner = {i: p for p, span in enumerate(self.in_spans) for i in span}
+        flat_grads = []
+        for i in self.grad_inputs:
+            p = owner[i]
+            grad = grad_of.get(p)
+            if grad is None or self.source.input_layouts[p] is None:
+                flat_grads.append(grad)
+            else:
+                flat_grads.append(torch_subclasses.flatten_value(grad)[i - self.in_spans[p][0]])
+        return (*flat_outs, *flat_grads)
