@@ -163,7 +163,7 @@ def _file_digest(path: str) -> str:
         return "unreadable:" + path
 
 
-PASSKIT_ROOT = Path(__file__).resolve().parent
+PASSKIT_ROOT = Path(__file__).resolve().parents[1]  # passkit/, above core/
 
 
 def passkit_source_digest() -> str:

@@ -17,7 +17,7 @@ from types import FrameType
 
 import torch
 
-_PASSKIT_DIR = os.path.dirname(os.path.abspath(__file__))
+_PASSKIT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # passkit/, above frontends/
 
 __all__ = ["warn_at_user_code", "user_frame"]
 

@@ -16,7 +16,7 @@ import passkit
 import planted_bugs
 from dependencies import require_program
 
-FIXED_TRAINING = str(Path(__file__).resolve().parent / "fixed_training.toml")
+FIXED_TRAINING = str(Path(__file__).resolve().parents[1] / "debug" / "fixed_training.toml")
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ from passkit.core.program import GraphIO, Program, Signature
 from passkit.core.registry import get_registry
 from passkit.core.runner import run_pipeline
 
-FIXED_TRAINING = str(Path(__file__).resolve().parent / "fixed_training.toml")
+FIXED_TRAINING = str(Path(__file__).resolve().parents[1] / "debug" / "fixed_training.toml")
 
 
 def _program_after(steps: int) -> tuple[Program, list[torch.Tensor]]:

@@ -24,7 +24,7 @@ from passkit.cli import main
 
 from cache_child import compile_and_report
 
-CHILD = Path(__file__).with_name("cache_child.py")
+CHILD = Path(__file__).resolve().parents[1] / "cache_child.py"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -72,7 +72,7 @@ def test_a_process_running_edited_passkit_sources_compiles_again(tmp_path: Path)
     cold, warm = run(), run()
     assert cold["passkit"] == str(site / "passkit" / "__init__.py")
     assert (cold["cache"], warm["cache"]) == ("", "hit")
-    runtime = site / "passkit" / "runtime.py"
+    runtime = site / "passkit" / "runtime" / "wrapper.py"
     runtime.write_text(runtime.read_text() + "\n# a local edit\n")
     edited = run()
     steps = len(passkit.load_pipeline("training-python").steps)
@@ -82,14 +82,14 @@ def test_a_process_running_edited_passkit_sources_compiles_again(tmp_path: Path)
 
 
 def test_the_key_follows_passkit_source_digest(monkeypatch) -> None:
-    from passkit.cache import store as cache
+    from passkit.cache import key as cache_key_module
     from tiny_programs import make_program
 
     pipeline, program = passkit.load_pipeline("training-python"), make_program()
-    key = cache.cache_key(pipeline, program)
-    assert cache.cache_key(pipeline, program) == key
-    monkeypatch.setattr(cache, "passkit_source_digest", lambda: "0" * 64)
-    assert cache.cache_key(pipeline, program) != key
+    key = cache_key_module.cache_key(pipeline, program)
+    assert cache_key_module.cache_key(pipeline, program) == key
+    monkeypatch.setattr(cache_key_module, "passkit_source_digest", lambda: "0" * 64)
+    assert cache_key_module.cache_key(pipeline, program) != key
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ import torch
 import passkit
 from passkit.cache.store import CACHE_ENV
 
-CHILD = Path(__file__).with_name("cache_child.py")
+CHILD = Path(__file__).resolve().parents[1] / "cache_child.py"
 ROOT = Path(__file__).resolve().parents[2]
 
 def _run_child(tmp_path: Path) -> dict:

@@ -23,7 +23,7 @@ from passkit.cache.store import CACHE_ENV
 
 pytestmark = pytest.mark.slow
 
-CHILD = Path(__file__).with_name("cache_child.py")
+CHILD = Path(__file__).resolve().parents[1] / "cache_child.py"
 ROOT = Path(__file__).resolve().parents[2]
 REPEATS = {"layers.* (_DropoutBlock, 31 nodes)": 4}  # the first layer too, on an input needing no grad
 

@@ -24,7 +24,7 @@ from passkit.cache.store import CACHE_ENV
 
 pytestmark = pytest.mark.slow
 
-CHILD = Path(__file__).with_name("cache_child.py")
+CHILD = Path(__file__).resolve().parents[1] / "cache_child.py"
 ROOT = Path(__file__).resolve().parents[2]
 # Two groups, so that a parallel run spreads them: passkit's Python codegen, and Inductor's.
 GROUPS = {"python": ["training-python", "inference-python"], "inductor": ["training", "inference", "debug"]}

@@ -126,7 +126,7 @@ def test_a_class_the_user_marked_is_left_to_the_user() -> None:
 @pytest.mark.parametrize("model", ["gpt2", "encoder_decoder"])
 def test_hugging_face_gpt2_and_an_encoder_decoder_train_exactly_with_each_layer_traced_once(
         tmp_path: Path, model: str) -> None:
-    from passes.test_regions import EncoderDecoder, GPT2Logits, _compare
+    from regions.test_regions import EncoderDecoder, GPT2Logits, _compare
 
     if model == "gpt2":
         pytest.importorskip("transformers")

@@ -32,9 +32,7 @@ import torch
 import passkit
 from passkit import _torch
 from passkit.core.pass_api import Pass
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))  # the suite's helpers
-from tiny_programs import regions_overlay  # noqa: E402
+from tiny_programs import regions_overlay
 
 
 @contextlib.contextmanager
@@ -135,7 +133,7 @@ def _case_batchnorm(pipeline: str | None, training: bool):
 
 
 def _case_gpt2(pipeline: str | None, training: bool):
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "models"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "models"))
     from zoo import _causal_lm, _gpt2
 
     torch.manual_seed(0)
