@@ -1,6 +1,6 @@
 """passkit: PyTorch's AOT training compiler as a pipeline of named passes, composed in TOML.
 
-Users call ``compile``, ``backend``, ``aot_function``, ``aot_module`` and ``load_pipeline``, or mount
+Users call ``compile``, ``backend``, ``aot_function``, ``aot_module``, ``export``, ``package`` and ``load_pipeline``, or mount
 a pipeline file in stock ``torch.compile`` with ``inductor_options``;
 plugin authors use ``graph_pass``, ``hookimpl``, ``Program``, ``Fact``, ``StepContext`` and
 ``progress`` (events for progress callbacks, a long pass's heartbeat phrase). The torch-heavy entry points
@@ -36,10 +36,12 @@ __all__ = [
     "aot_module",
     "backend",
     "compile",
+    "export",
     "graph_pass",
     "hookimpl",
     "inductor_options",
     "load_pipeline",
+    "package",
     "patterns",
     "progress",
     "reports",
@@ -52,6 +54,8 @@ _LAZY = {
     "aot_function": "passkit.frontends.aot",
     "aot_module": "passkit.frontends.aot",
     "load_pipeline": "passkit.frontends.compiling",
+    "export": "passkit.frontends.export",
+    "package": "passkit.frontends.package",
     "Pipeline": "passkit.pipeline",
     "reports": "passkit.frontends.compile_options",
     "inductor_options": "passkit.frontends.inductor_slots",

@@ -3,11 +3,13 @@
 Callers import this package (``from passkit import _torch``) and never its modules; each module
 owns one side of torch:
 
+- ``aoti``: AOTInductor's packages, compiled from an ``ExportedProgram`` and loaded back;
 - ``hops``: higher-order ops' subgraphs, and how passkit's tracing forwards them;
 - ``tracing``: fake tensors, functional tracing, re-tracing;
 - ``mutations``: which nodes and ops write into their arguments, which values share memory;
 - ``random_fills``: in-place random fills traced into the layout eager draws into;
 - ``layouts``: values kept in their recorded strides when re-traced, region bodies as cacheable callables;
+- ``own_decomps``: decompositions passkit supplies where torch's break a Core ATen program;
 - ``ops``: decomposition tables, Core ATen, autograd formulas, random ops, symbolic sizes;
 - ``graph_passes``: torch's min-cut partitioner, fake-value propagation, reinplacing;
 - ``graph_pickle``: graph modules pickled node by node with their metadata (the compile cache);
@@ -27,6 +29,8 @@ Supported torch: 2.11 to 2.13.
 
 from __future__ import annotations
 
+from passkit._torch.aoti import *  # noqa: F403
+from passkit._torch.aoti import __all__ as _aoti
 from passkit._torch.graph_passes import *  # noqa: F403
 from passkit._torch.graph_passes import __all__ as _graph_passes
 from passkit._torch.graph_pickle import *  # noqa: F403
@@ -66,6 +70,6 @@ from passkit._torch.values import __all__ as _values
 
 
 __all__ = [
-    *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots, *_inductor_workers, *_kernel_bundles, *_logs,
+    *_aoti, *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots, *_inductor_workers, *_kernel_bundles, *_logs,
     *_mutations, *_ops, *_region_calls, *_region_values, *_regions, *_shape_guards, *_tracing, *_values,
 ]

@@ -14,6 +14,7 @@ import torch.fx
 from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
 
 from passkit._torch.hops import called_subgraphs
+from passkit._torch.own_decomps import lowering_to_core, with_corrected_layouts
 
 __all__ = [
     "attention_statistics_kept",
@@ -52,11 +53,12 @@ def core_aten_table() -> dict[Any, Callable[..., Any]]:
     """
     import torch._decomp
 
-    table = dict(torch._decomp.core_aten_decompositions())
+    table = with_corrected_layouts(torch._decomp.core_aten_decompositions())
     for op, fn in torch._decomp.decomposition_table.items():
         name = getattr(op, "_opname", "")
         if op not in table and name.endswith("_functional") and torch.Tag.core not in op.tags:
             table[op] = fn
+    table.update(lowering_to_core())
     # torch's table lowers empty_like to empty_permuted, which is not Core ATen and which no
     # torch table lowers further; empty_strided is.
     table.setdefault(torch.ops.aten.empty_permuted.default, _empty_permuted_as_strided)
@@ -134,13 +136,13 @@ def full_table() -> dict[Any, Callable[..., Any]]:
     """torch's full post-autograd decomposition table."""
     import torch._decomp
 
-    return dict(torch._decomp.decomposition_table)
+    return with_corrected_layouts(torch._decomp.decomposition_table)
 
 
 def decompositions_for(ops: Sequence[Any]) -> dict[Any, Callable[..., Any]]:
     import torch._decomp
 
-    return dict(torch._decomp.get_decompositions(list(ops)))
+    return with_corrected_layouts(torch._decomp.get_decompositions(list(ops)))
 
 # Ops whose meaning is about autograd, not values: lowering them before ``joint`` (detach ->
 # alias) would let gradients through.

@@ -186,7 +186,16 @@ def functional_trace(
     _drop_unused_effect_tokens(gm, len(args))
     if arg_names is not None:
         _rename_placeholders(gm, arg_names)
+    _record_constant_inputs(gm, args)
     return gm, list(mutations)
+
+
+def _record_constant_inputs(gm: GraphModule, args: Sequence[Any]) -> None:
+    """Give each placeholder of a plain Python input (an exported model's ``use_cache=False``)
+    its value as ``val``, as ``make_fx`` does for tensors and sizes, so a later re-trace has it."""
+    for node, value in zip((n for n in gm.graph.nodes if n.op == "placeholder"), args):
+        if "val" not in node.meta and (value is None or isinstance(value, (bool, int, float, str))):
+            node.meta["val"] = value
 
 
 def _drop_unused_effect_tokens(gm: GraphModule, n_args: int) -> None:
@@ -253,6 +262,7 @@ def retrace(
         with in_fake_mode(fake_mode), fresh_subgraph_caches(), region_schemas_remembered(), fx_traceback.preserve_node_meta():
             new_gm = make_fx(interpret, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch)(*args)
         _rename_placeholders(new_gm, names)
+        _record_constant_inputs(new_gm, args)
     _use_plain_codegen(new_gm)
     return new_gm
 

@@ -47,6 +47,7 @@ def pipeline_toml(
         "pipeline": {
             "name": name or pipeline.name,
             "description": description if description is not None else pipeline.description,
+            **({"kind": pipeline.kind} if pipeline.kind != "compile" else {}),
         },
         "settings": _without_none({**pipeline.settings.model_dump(mode="json"), **settings}),
     }

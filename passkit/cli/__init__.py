@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from passkit.cli import bisect, cache, explain, passes, patterns, pipelines, repro, run, terminal, validate
+from passkit.cli import bisect, cache, explain, export, passes, patterns, pipelines, repro, run, terminal, validate
 from passkit.errors import EXIT_INTERNAL, PasskitError
 
 __all__ = ["main", "PasskitGroup", "EXIT_USAGE"]
@@ -70,5 +70,5 @@ def main() -> None:
     """
 
 
-for _module in (passes, pipelines, patterns, validate, explain, run, bisect, repro, cache):
+for _module in (passes, pipelines, patterns, validate, explain, run, export, bisect, repro, cache):
     main.add_command(_module.command)

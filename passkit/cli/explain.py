@@ -42,6 +42,8 @@ def explain_text(pipeline: Pipeline) -> str:
         lines.append(f"  {pipeline.description}")
     if len(pipeline.files) > 1:
         lines.append("files: " + " -> ".join(str(path) for path in pipeline.files))
+    if pipeline.kind == "export":
+        lines.append("kind: export (passkit.export hands the program back as an ExportedProgram)")
     lines.append("")
     lines.append("settings:")
     settings = pipeline.settings.model_dump()

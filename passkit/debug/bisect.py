@@ -185,12 +185,17 @@ def bisect_program(
 
 
 def _valid(pipeline: Pipeline, steps: list[Step], registry: Registry) -> bool:
-    """Whether ``steps`` load as a pipeline file (contracts, ending in ``compiled``)."""
+    """Whether ``steps`` load as a pipeline file (contracts, ending in ``compiled``, or for an
+    export pipeline in ``functional``)."""
     from passkit.pipeline.contracts import check_contracts
+    from passkit.pipeline.exports import check_export
 
     candidate = dataclasses.replace(pipeline, steps=tuple(steps))
     try:
-        check_contracts(candidate, registry, training=candidate.can_train)
+        if candidate.kind == "export":
+            check_export(candidate, registry)
+        else:
+            check_contracts(candidate, registry, training=candidate.can_train)
     except PipelineError:
         return False
     return True
@@ -200,7 +205,7 @@ def _with_tail(
     pipeline: Pipeline, prefix: list[Step], after_bad: list[Step], registry: Registry, before: list[Step] | None = None
 ) -> list[Step]:
     """``prefix`` plus as few of the steps after the bad one as loading a pipeline file needs
-    (it must end with ``compiled``). They never run: with ``verify`` on, the bad step fails first.
+    (``_valid``). They never run: with ``verify`` on, the bad step fails first.
     ``before`` are steps that already ran (a reproducer's) and come first in the file."""
     head = list(before or [])
     tail = list(after_bad)

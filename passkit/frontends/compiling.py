@@ -32,7 +32,10 @@ from passkit.frontends.compile_options import record_report
 from passkit.frontends.user_warnings import warn_at_user_code
 from passkit.runtime.wrapper import CompiledProgram
 
-__all__ = ["DEFAULT_PIPELINE", "Fallback", "Progress", "compile_program", "load_pipeline", "raise_when_called", "resolve_pipeline"]
+__all__ = [
+    "DEFAULT_PIPELINE", "Fallback", "Progress", "compile_program", "load_pipeline", "raise_when_called", "resolve_pipeline",
+    "run_steps",
+]
 
 DEFAULT_PIPELINE = "training"
 Progress = Callable[[StepRecord], None]
@@ -122,11 +125,25 @@ def compile_program(
 def _compile_program(
     program: Program, real_inputs: list[Any], pipeline: Any, reports: list[Report] | None, progress: Progress | None
 ) -> CompiledProgram:
+    run_steps(program, real_inputs, pipeline, reports=reports, progress=progress)
+    problem = _missing_training_steps(pipeline, program)
+    if problem:
+        raise PasskitError(problem)
+    return CompiledProgram(program, compiled_by=_codegen_step(pipeline))
+
+
+def run_steps(
+    program: Program, real_inputs: list[Any], pipeline: Any, *, reports: list[Report] | None = None,
+    progress: Progress | None = None,
+) -> Report:
+    """Run ``pipeline``'s steps over ``program`` in place, or fill it from the compile cache, and
+    return the report (kept for ``passkit.reports()`` and in ``reports``). ``real_inputs`` are
+    what ``verify = "numerics"`` compares the captured program on."""
     from passkit.cache.store import CompileCache
-    from passkit.verify.evaluate import Reference
     from passkit.core.plugins import get_plugin_manager
     from passkit.core.registry import get_registry
     from passkit.core.runner import run_pipeline
+    from passkit.verify.evaluate import Reference
 
     pm = get_plugin_manager()
     progress = progress or _log_progress(len(pipeline.steps))
@@ -146,7 +163,8 @@ def _compile_program(
     else:
         reference = Reference(program, real_inputs) if pipeline.settings.verify == "numerics" else None
         report = run_pipeline(pipeline, program, pm=pm, registry=get_registry(), reference=reference, progress=progress)
-        if cache is not None and _missing_training_steps(pipeline, program) is None:
+        complete = pipeline.kind == "export" or _missing_training_steps(pipeline, program) is None
+        if cache is not None and complete:
             cache.store(program, report)
     record_report(report)
     finished = getattr(progress, "finished", None)
@@ -155,10 +173,7 @@ def _compile_program(
     if reports is not None:
         report.graph = f"graph {len(reports) + 1}, {'training' if program.training else 'inference'}"
         reports.append(report)
-    problem = _missing_training_steps(pipeline, program)
-    if problem:
-        raise PasskitError(problem)
-    return CompiledProgram(program, compiled_by=_codegen_step(pipeline))
+    return report
 
 
 def _codegen_step(pipeline: Any) -> str:

@@ -2,7 +2,8 @@
 
 Facts start as ``passkit.core.facts.INITIAL_FACTS``. Which steps apply and which facts hold after
 each are ``passkit.core.facts``' rules (``applies``, ``after``), the same ones the runner follows.
-The plan must end with ``compiled``.
+A compiling plan must end with ``compiled`` (an export plan's end is
+``passkit.pipeline.exports``').
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from passkit.pipeline.model import Pipeline, Step
     from passkit.core.registry import Registry
 
-__all__ = ["check_contracts", "step_applies"]
+__all__ = ["check_contracts", "plan_facts", "step_applies"]
 
 PREFERRED_CODEGEN = "codegen.python"
 
@@ -43,11 +44,25 @@ def _add_hint(fact: str, registry: Registry) -> str:
 
 
 def check_contracts(pipeline: Pipeline, registry: Registry, *, training: bool) -> None:
-    """Raise ``PipelineError`` at the first step whose required facts are not established.
+    """Raise ``PipelineError`` at the first step whose required facts are not established, or
+    when the plan does not end with ``compiled``.
 
     The message names the step, its position in its file, the missing fact and what would
     produce it.
     """
+    facts = plan_facts(pipeline, registry, training=training)
+    if FINAL_FACT not in facts:
+        passes = [step.pass_ for step in pipeline.steps]
+        plan_note = " for inference" if not training and pipeline.can_train else ""
+        raise PipelineError(
+            f"{pipeline.label}: no step produces fact {FINAL_FACT!r}{plan_note}"
+            + _final_hint(pipeline, passes, registry, training)
+        )
+
+
+def plan_facts(pipeline: Pipeline, registry: Registry, *, training: bool) -> set[str]:
+    """The facts the plan ends with; ``PipelineError`` at the first step whose required facts
+    are not established then (see ``check_contracts``)."""
     passes = [step.pass_ for step in pipeline.steps]
     # Only say which plan failed when the pipeline has two.
     plan_note = " for inference" if not training and pipeline.can_train else ""
@@ -68,11 +83,7 @@ def check_contracts(pipeline: Pipeline, registry: Registry, *, training: bool) -
             invalidated_by.pop(fact, None)
         for fact in pass_.invalidates:
             invalidated_by[fact] = step.id
-    if FINAL_FACT not in facts:
-        raise PipelineError(
-            f"{pipeline.label}: no step produces fact {FINAL_FACT!r}{plan_note}"
-            + _final_hint(pipeline, passes, registry, training)
-        )
+    return facts
 
 
 def _explain_missing(

@@ -17,6 +17,7 @@ from passkit.pipeline.contracts import check_contracts
 from passkit.pipeline.messages import did_you_mean, display_path
 from passkit.pipeline.model import Pipeline
 from passkit.pipeline.overlay import Draft, apply_file, check_top_level, finalize, read_header
+from passkit.pipeline.exports import check_export
 from passkit.pipeline.slots import check_slots
 
 if TYPE_CHECKING:
@@ -156,5 +157,7 @@ def load_pipeline(name_or_path: str | Path | Pipeline, *, registry: Registry, mo
     pipeline = finalize(draft, source=path, settings_model=registry.settings_model)
     if mounted or pipeline.mounted:
         return check_slots(pipeline, registry)
+    if pipeline.kind == "export":
+        return check_export(pipeline, registry)
     check_contracts(pipeline, registry, training=pipeline.can_train)
     return pipeline

@@ -104,6 +104,7 @@ class Pipeline:
     settings_origin: dict[str, str]
     steps: tuple[Step, ...]
     files: tuple[Path, ...] = ()  # the extends chain, base first
+    kind: Literal["compile", "export"] = "compile"  # [pipeline] kind: what the plan makes
 
     @property
     def can_train(self) -> bool:
@@ -166,6 +167,7 @@ class Pipeline:
             "description": self.description,
             "source": display_path(self.source) if self.source is not None else None,
             "files": [display_path(path) for path in self.files],
+            "kind": self.kind,
             "can_train": self.can_train,
             "settings": {key: {"value": settings[key], "from": self.settings_origin[key]} for key in settings},
             "steps": [_explain_step(step) for step in self.steps],

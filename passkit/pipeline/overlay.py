@@ -78,6 +78,7 @@ class Draft:
 
     name: str = ""
     description: str = ""
+    kind: str = "compile"  # inherited through ``extends`` like the steps
     settings: dict[str, Any] = field(default_factory=dict)
     settings_origin: dict[str, str] = field(default_factory=dict)
     steps: list[DraftStep] = field(default_factory=list)
@@ -155,6 +156,7 @@ def apply_file(
     draft.name = header.name or path.stem
     if header.description is not None:
         draft.description = header.description
+    draft.kind = header.kind or draft.kind
     _apply_settings(draft, doc.get("settings", {}), file, registry.settings_model)
     _apply_steps(draft, doc.get("steps", []), file, registry)
     for step_id, table in doc.get("override", {}).items():
@@ -380,6 +382,7 @@ def finalize(draft: Draft, source: Path | None, settings_model: type[Settings]) 
     return Pipeline(
         name=draft.name,
         description=draft.description,
+        kind=draft.kind,  # type: ignore[arg-type]
         source=source,
         settings=settings_model.model_validate(draft.settings),
         settings_origin={key: draft.settings_origin.get(key, DEFAULT_ORIGIN) for key in settings_model.model_fields},

@@ -93,3 +93,15 @@ def test_bisect_finds_a_crash_and_reports_every_step_good_without_one(planted) -
                             pm=get_plugin_manager(), registry=get_registry())
     assert clean[-1].first_bad is None
     assert [t["outcome"] for t in clean[-1].trials] == ["good"]
+
+
+def test_bisect_names_the_first_bad_step_of_an_export_pipeline(planted) -> None:
+    pipeline = _pipeline(planted, "planted.scale_add", after="decompose", base="export")
+    results, graphs = bisect_model(pipeline, "planted_bugs:tiny", pm=get_plugin_manager(), registry=get_registry())
+    assert [graph.label for graph in graphs] == ["exported program, inference"]
+    (result,) = results
+    assert pipeline.where(result.first_bad) == "planted.toml: steps[0] (planted.scale_add)"
+    assert result.outcome.kind == "numerics"
+    assert [s.id for s in result.minimal] == ["functionalize", "planted.scale_add"]
+    minimal = passkit.load_pipeline(str(write_minimal(pipeline, result, planted / "minimal.toml")))
+    assert (minimal.kind, [s.id for s in minimal.steps]) == ("export", ["functionalize", "planted.scale_add"])

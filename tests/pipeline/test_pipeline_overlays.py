@@ -242,6 +242,7 @@ def test_explain_shows_every_value_and_the_file_that_set_it(write, registry):
         "description": "base",
         "source": "over.toml",
         "files": ["base.toml", "over.toml"],
+        "kind": "compile",
         "can_train": False,
         "settings": {
             "verify": {"value": "facts", "from": "base.toml"},

@@ -1,0 +1,61 @@
+"""Own the decompositions passkit supplies itself, where torch's break a Core ATen program.
+
+**Layouts.** passkit corrects decompositions whose outputs are not laid out as the op's own kernel
+lays them.
+
+A graph traced before decomposition records views that hold for the op's real output strides
+(its meta function's); a later ``.view`` in the graph relies on them, since tracing drops a
+``.contiguous()`` that was a no-op then. A decomposition whose output has other strides breaks
+that view at run time ("Cannot view a tensor with shape ... and strides ..."). torch's
+decomposition of the CPU flash attention lays its output out for ``nn.MultiheadAttention``'s
+permute, while the kernel (``empty_like(query)``) follows the query's layout: Hugging Face
+GPT-2's Core ATen export fails on it. The corrected decomposition copies the math into a tensor
+laid out like the query, as the kernel does.
+
+**Left outside Core ATen.** The functional batch norm's decomposition (which passkit's
+``core_aten`` table adds, since torch's leaves the op whole) computes its statistics with
+``var_mean``, which is not Core ATen and whose only torch decomposition goes through prims that
+functionalization refuses; ``lowering_to_core`` lowers it to ``var`` and ``mean``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["lowering_to_core", "with_corrected_layouts"]
+
+
+def _flash_attention_for_cpu(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout_p: float = 0.0, is_causal: bool = False,
+    attn_mask: torch.Tensor | None = None, scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    torch._check(dropout_p == 0.0, lambda: f"dropout probability must be zero, got {dropout_p}")
+    output, attention = torch.ops.aten._scaled_dot_product_attention_math.default(
+        query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, dropout_mask=None,
+        scale=scale, enable_gqa=query.size(1) != key.size(1),
+    )
+    # The second result stands where the kernel returns its logsumexp, as in torch's own
+    # decomposition: only the kernel's backward reads it, and no decomposed graph calls that.
+    return torch.ops.aten.copy.default(torch.empty_like(query), output), attention
+
+
+_CORRECTED: dict[Any, Callable[..., Any]] = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: _flash_attention_for_cpu,
+}
+
+
+def with_corrected_layouts(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
+    """``table`` with passkit's corrected decomposition wherever it holds torch's."""
+    return {op: _CORRECTED.get(op, fn) for op, fn in table.items()}
+
+
+def _var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    variance = torch.ops.aten.var.correction(x, dim, correction=correction, keepdim=keepdim)
+    return variance, torch.ops.aten.mean.dim(x, dim, keepdim)
+
+
+def lowering_to_core() -> dict[Any, Callable[..., Any]]:
+    """Decompositions of ops that torch's Core ATen tables leave outside Core ATen."""
+    return {torch.ops.aten.var_mean.correction: _var_mean}
