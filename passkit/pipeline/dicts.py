@@ -74,6 +74,9 @@ def _check_shape(spec: Mapping[str, Any], file: str) -> None:
         if key in ("pipeline", "settings", "override"):
             if not isinstance(value, Mapping):
                 raise PipelineError(f"{file}: {key}: expected a dict, got {_kind(value)}")
+            for step_id, options in value.items() if key == "override" else ():
+                if not isinstance(options, Mapping):
+                    raise PipelineError(f"{file}: override.{step_id}: expected a dict of option values, got {_kind(options)}")
         elif key == "steps":
             if not isinstance(value, (list, tuple)):
                 raise PipelineError(f"{file}: steps: expected a list of dicts, one per step, got {_kind(value)}")

@@ -150,6 +150,10 @@ DICT_ERRORS = {
         "load({'settings': [('verify', 'facts')]})",
         "nb.py:1: settings: expected a dict, got a list",
     ),
+    "an override that is no dict": (
+        "load({'steps': " + STEPS + ", 'override': {'decompose': ['aten.mm.default']}})",
+        "nb.py:1: override.decompose: expected a dict of option values, got a list",
+    ),
     "a setting at the top": (
         "load({'verify': 'facts'})",
         "nb.py:1: verify: put this key in the 'settings' dict",
