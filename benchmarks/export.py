@@ -74,9 +74,8 @@ WORKLOADS: dict[str, Callable[[], tuple[torch.nn.Module, tuple[Any, ...], dict[s
 def torch_export(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, str]:
     """torch's Core ATen export, and how it was made: with the fused attention left whole where
     torch's full Core ATen program cannot run."""
-    exported = torch.export.export(model, args, kwargs)
-    decomposed = exported.run_decompositions()
     try:
+        decomposed = torch.export.export(model, args, kwargs).run_decompositions()
         decomposed.module()(*args, **kwargs)
         return decomposed, "core aten"
     except Exception:  # noqa: BLE001 - torch's own program fails to run: take its nearest working form

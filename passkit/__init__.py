@@ -1,8 +1,10 @@
 """passkit: PyTorch's AOT training compiler as a pipeline of named passes, composed in TOML.
 
-Users call ``compile``, ``backend``, ``aot_function``, ``aot_module``, ``export``, ``package`` and ``load_pipeline``, or mount
-a pipeline file in stock ``torch.compile`` with ``inductor_options``;
-plugin authors use ``graph_pass``, ``hookimpl``, ``Program``, ``Fact``, ``StepContext`` and
+Users call ``compile``, ``backend``, ``aot_function``, ``aot_module``, ``export``, ``package`` and
+``load_pipeline``, or mount a pipeline file in stock ``torch.compile`` with ``inductor_options``;
+each takes a pipeline by name, as a ``.toml`` file, or as a dict with a file's keys whose steps
+may hold a ``graph_pass`` object itself (a notebook's pass, no plugin needed); plugin authors use
+``graph_pass``, ``hookimpl``, ``Program``, ``Fact``, ``StepContext`` and
 ``progress`` (events for progress callbacks, a long pass's heartbeat phrase). The torch-heavy entry points
 import lazily so that ``import passkit`` (and the CLI) start fast.
 """

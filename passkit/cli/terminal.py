@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import click
+
+# Tables and values are rendered where ``Pipeline.explain()`` renders its plan too (below the CLI).
+from passkit.pipeline.explain import format_value, text_table as table
 
 __all__ = [
     "DEBUG_ENV",
@@ -63,23 +66,6 @@ def usage_error(exc: click.ClickException) -> None:
     error(f"{where}: {exc.format_message().rstrip('.')}{hint}")
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, items_overflow: bool = True) -> str:
-    """Render rows under headers in fixed-width, left-aligned columns.
-
-    With ``items_overflow``, a row whose last cell is empty (a list item under its option) may
-    run past its column into the empty space, so one long item does not widen the whole table.
-    Without it every row sizes the columns (a listing whose last cell may just be blank).
-    """
-    rows = [tuple(str(cell) for cell in row) for row in rows]
-    sized = ([row for row in rows if row[-1]] if items_overflow else rows) or rows
-    widths = [max([len(h)] + [len(row[i]) for row in sized]) for i, h in enumerate(headers)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells)).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(row) for row in rows)])
-
-
 def write_json(data: Any, destination: str | None = None) -> None:
     """Write ``data`` as indented JSON to stdout (``None`` or ``"-"``) or to a file."""
     text = json.dumps(data, indent=2, default=str)
@@ -87,11 +73,3 @@ def write_json(data: Any, destination: str | None = None) -> None:
         click.echo(text)
     else:
         Path(destination).write_text(text + "\n", encoding="utf-8")
-
-
-def format_value(value: Any) -> str:
-    """Render an option or setting value as it would appear in a pipeline file."""
-    if isinstance(value, (str, list, dict, bool, int, float)) or value is None:
-        return json.dumps(value) if value is not None else "none"
-    return str(value)
-

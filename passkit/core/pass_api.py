@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
 import inspect
 import re
 import textwrap
 import types
 import typing
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable
 
 import pydantic
+
+from passkit.core.code_digest import Unhashable, code_digest, distribution_version, installed
 
 if TYPE_CHECKING:
     from passkit.core.hookspecs import StepContext
@@ -98,18 +100,50 @@ class Pass:
         extra = {"context": context} if self.takes_context else {}
         return bool(self.fn(program, **dict(opts), **extra))
 
-    def fingerprint(self) -> str:
+    def fingerprint(self, *, by_value: bool = False) -> str:
         """Stable identity of this pass's behaviour: name, version, the hash of its module's
         source file and the version of the distribution that ships it.
 
         Hashing the whole file (not just the function) catches edits to the helpers a pass
         calls; the distribution version catches changes elsewhere in an installed plugin.
+
+        ``by_value`` (a pass no plugin registered, handed over as an object): its contract, its
+        code and the values it reads instead (``passkit.core.code_digest``), so editing the pass
+        in a notebook, or a value it closes over, changes the fingerprint. When such a value
+        cannot be hashed (``by_value_problem`` says which), each call returns a fresh one, so
+        nothing compiled with it is ever reused.
         """
+        if by_value:
+            try:
+                return self._value_fingerprint()
+            except Unhashable:
+                return f"{self.name}@{self.version}:unhashable:{uuid.uuid4().hex}"
         module = getattr(self.fn, "__module__", None) or ""
         tolerance = getattr(self.tolerance, "__qualname__", None) if callable(self.tolerance) else repr(self.tolerance)
-        parts = [self.name, self.version, str(tolerance), _source_digest(self.fn), _distribution_version(module)]
+        parts = [self.name, self.version, str(tolerance), _source_digest(self.fn), distribution_version(module)]
         digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
         return f"{self.name}@{self.version}:{digest[:16]}"
+
+    def by_value_problem(self) -> str | None:
+        """Why this pass cannot be fingerprinted by value (a value it reads that passkit cannot
+        hash, such as a tensor), or None when it can."""
+        try:
+            self._value_fingerprint()
+        except Unhashable as exc:
+            return str(exc)
+        return None
+
+    def _value_fingerprint(self) -> str:
+        contract = [sorted(self.requires), sorted(self.produces), sorted(self.invalidates), self.training_only]
+        parts = [self.name, self.version, repr(contract), code_digest(self.fn, "the pass"),
+                 code_digest(self.options_model, "its options model"), code_digest(self.tolerance, "its tolerance"),
+                 code_digest(self.cache_context, "its cache_context"), code_digest(self.prepare, "its prepare")]
+        digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
+        return f"{self.name}@{self.version}:value:{digest[:16]}"
+
+    def __passkit_fingerprint__(self) -> str:
+        """How a pass another unregistered pass reads is hashed: by value unless installed."""
+        return self._value_fingerprint() if not installed(getattr(self.fn, "__module__", "") or "") else self.fingerprint()
 
     def option_fields(self) -> list[dict[str, Any]]:
         """Each option's name, type and default, for listings."""
@@ -187,28 +221,6 @@ def _inside_passkit(path: str) -> str:
         return Path(path).resolve().relative_to(PASSKIT_ROOT).as_posix()
     except ValueError:
         return ""
-
-
-@functools.lru_cache(maxsize=None)
-def _top_level_distributions() -> dict[str, list[str]]:
-    return dict(importlib.metadata.packages_distributions())
-
-
-@functools.lru_cache(maxsize=None)
-def _distribution_version(module: str) -> str:
-    """``name==version`` of the installed distribution providing ``module`` ("" if none)."""
-    top = module.partition(".")[0]
-    try:  # the usual case, a distribution named like its package, without scanning them all
-        return f"{top}=={importlib.metadata.version(top)}"
-    except (importlib.metadata.PackageNotFoundError, ValueError):
-        pass
-    found = []
-    for dist in sorted(set(_top_level_distributions().get(top, []))):
-        try:
-            found.append(f"{dist}=={importlib.metadata.version(dist)}")
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return ",".join(found)
 
 
 def _options_from_signature(name: str, fn: Callable[..., Any]) -> type[pydantic.BaseModel]:

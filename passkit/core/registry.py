@@ -9,6 +9,7 @@ model is passkit's ``Settings`` extended with every plugin's ``passkit_register_
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,12 @@ class Registry:
     def get_pass(self, name: str) -> Pass:
         """The pass registered as ``name``; KeyError if none is."""
         return self.passes[name].pass_
+
+    def with_passes(self, passes: dict[str, Pass]) -> Registry:
+        """A copy that also resolves ``passes`` (a dict pipeline's ``Pass`` objects, which no
+        plugin registered) by name; this registry is left as it is."""
+        added = {name: PassEntry(pass_, "<python>", "") for name, pass_ in passes.items()}
+        return dataclasses.replace(self, passes={**self.passes, **added})
 
     def producers(self, fact: str) -> list[str]:
         """Names of the passes that produce ``fact``, in registration order."""

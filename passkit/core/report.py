@@ -129,6 +129,9 @@ class Report:
     cache: str = ""  # "hit" when the compiled program was loaded from the compile cache
     verdict: Verdict | None = None  # the comparison with eager, when the run was compared
     load_seconds: float = 0.0  # a hit: the time this process took to load it (no step ran)
+    # Why the program skipped the compile cache, when a step's pass cannot be fingerprinted (a
+    # notebook's pass reading a tensor): the step and the value, one line under the table.
+    uncached: str = ""
 
     @property
     def changed_steps(self) -> list[str]:
@@ -155,6 +158,8 @@ class Report:
         body = [title, line(headers), line(tuple("-" * w for w in widths))]
         body.extend(line(row) for row in rows)
         body.append(summary_line(self))
+        if self.uncached:
+            body.append(f"not cached: {self.uncached}")
         if self.verdict is not None:
             body.extend(self.verdict.lines())
         return "\n".join(body)
@@ -169,7 +174,7 @@ class Report:
             steps.append(data)
         verdict = None if self.verdict is None else self.verdict.to_json()
         return {"pipeline": self.pipeline, "graph": self.graph, "seconds": self.seconds, "cache": self.cache,
-                "load_seconds": self.load_seconds, "steps": steps, "verdict": verdict}
+                "load_seconds": self.load_seconds, "uncached": self.uncached, "steps": steps, "verdict": verdict}
 
 
 def summary_line(report: Report) -> str:

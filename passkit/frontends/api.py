@@ -167,7 +167,8 @@ _torch.on_dynamo_frame_start(_announce_tracing)
 
 
 def backend(pipeline: Any = DEFAULT_PIPELINE, **settings: Any) -> PasskitBackend:
-    """A ``torch.compile`` backend running ``pipeline`` (a name, a ``.toml`` path or a Pipeline).
+    """A ``torch.compile`` backend running ``pipeline`` (a name, a ``.toml`` path, a dict with a
+    pipeline file's keys, or a Pipeline).
 
     The pipeline is loaded and validated now, so a bad file fails here, not at the first call.
     """

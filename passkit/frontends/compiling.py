@@ -65,17 +65,19 @@ def _log_progress(total: int) -> Progress:
     return report
 
 
-def load_pipeline(name_or_path: Any) -> Any:
-    """Load and validate a pipeline (a name, a ``.toml`` path, or a ``Pipeline``) against the
-    process-wide plugins.
+def load_pipeline(spec: Any) -> Any:
+    """Load and validate a pipeline (a name, a ``.toml`` path, a dict with a pipeline file's
+    keys whose steps may name ``Pass`` objects, or a ``Pipeline``) against the process-wide
+    plugins. Every way in resolves its pipeline here or in ``resolve_pipeline``.
 
     Raises:
-        PipelineError: one line, starting with the file that holds the mistake.
+        PipelineError: one line, starting with the file that holds the mistake (for a dict, the
+            Python line that handed it over: ``nb.py:12``).
     """
     from passkit.pipeline import load_pipeline as load
     from passkit.core.registry import get_registry
 
-    return load(name_or_path, registry=get_registry())
+    return load(spec, registry=get_registry())
 
 
 def _argument(pipeline: Any, resolved: Any) -> str:
@@ -84,6 +86,8 @@ def _argument(pipeline: Any, resolved: Any) -> str:
 
 
 def resolve_pipeline(pipeline: Any, settings: dict[str, Any]) -> Any:
+    """The loaded pipeline (any form ``load_pipeline`` takes) with ``settings`` applied; a mounted
+    file is refused, since its steps run inside Inductor's slots."""
     resolved = load_pipeline(pipeline)
     if resolved.mounted:  # its steps run in Inductor's slots, around torch's own stages
         raise PasskitError(
@@ -139,7 +143,7 @@ def run_steps(
     """Run ``pipeline``'s steps over ``program`` in place, or fill it from the compile cache, and
     return the report (kept for ``passkit.reports()`` and in ``reports``). ``real_inputs`` are
     what ``verify = "numerics"`` compares the captured program on."""
-    from passkit.cache.store import CompileCache
+    from passkit.cache.store import CompileCache, cache_enabled
     from passkit.core.plugins import get_plugin_manager
     from passkit.core.registry import get_registry
     from passkit.core.runner import run_pipeline
@@ -147,7 +151,9 @@ def run_steps(
 
     pm = get_plugin_manager()
     progress = progress or _log_progress(len(pipeline.steps))
-    cache = CompileCache.for_compile(pipeline, program, plugins=[name for name, _ in pm.list_name_plugin()])
+    # A notebook's pass reading a value passkit cannot hash: compiled every time, and the report says why.
+    refusal = pipeline.cache_refusal() if cache_enabled(pipeline) else None
+    cache = None if refusal else CompileCache.for_compile(pipeline, program, plugins=[name for name, _ in pm.list_name_plugin()])
     if "subclasses" in program.notes:
         cache = None  # the key sees the flat graph, not the subclass layouts its joint depends on
     captured = dict(program.graphs)
@@ -163,6 +169,9 @@ def run_steps(
     else:
         reference = Reference(program, real_inputs) if pipeline.settings.verify == "numerics" else None
         report = run_pipeline(pipeline, program, pm=pm, registry=get_registry(), reference=reference, progress=progress)
+        if refusal:
+            log.info("passkit: not caching: %s", refusal)
+            report.uncached = refusal
         complete = pipeline.kind == "export" or _missing_training_steps(pipeline, program) is None
         if cache is not None and complete:
             cache.store(program, report)

@@ -44,9 +44,9 @@ log = logging.getLogger("passkit")
 def inductor_options(pipeline: Any, **settings: Any) -> dict[str, Any]:
     """Inductor config entries that run ``pipeline``'s steps in Inductor's custom-pass slots.
 
-    ``pipeline`` is a registered name, a ``.toml`` path or a ``Pipeline``; ``settings`` override
-    its ``[settings]`` (``verify``, ``dump``...). Pass the result as ``torch.compile(...,
-    options=...)`` or to ``torch._inductor.config.patch(...)``.
+    ``pipeline`` is a registered name, a ``.toml`` path, a dict with a file's keys or a
+    ``Pipeline``; ``settings`` override its ``[settings]`` (``verify``, ``dump``...). Pass the
+    result as ``torch.compile(..., options=...)`` or to ``torch._inductor.config.patch(...)``.
 
     Raises:
         PipelineError: one line, naming the step whose pass cannot run in its slot.
@@ -144,10 +144,10 @@ def slot_uuid(pipeline: Pipeline, slot: str, steps: tuple[Step, ...], pm: Any) -
 
 
 def _plugin_version(plugin: Any) -> str:
-    from passkit.core.pass_api import _distribution_version
+    from passkit.core.code_digest import distribution_version
 
     module = getattr(plugin, "__name__", None) or type(plugin).__module__
-    return _distribution_version(str(module))
+    return distribution_version(str(module))
 
 
 def _registered_sources(steps: tuple[Step, ...]) -> list[str]:

@@ -1,9 +1,11 @@
-"""Own pipeline files: their models, loading, ``extends`` overlays, provenance and contract checks.
+"""Own pipeline files and dicts: their models, loading, ``extends`` overlays, provenance,
+contract checks and how a resolved plan explains itself.
 
-``load_pipeline("training", registry=...)`` or ``load_pipeline("my.toml", registry=...)``
-returns a fully validated ``Pipeline``; ``passkit.load_pipeline`` supplies the process-wide
-registry. See docs/pipelines.md for every key of the file. This package never imports torch or
-a built-in pass.
+``load_pipeline("training", registry=...)``, ``load_pipeline("my.toml", registry=...)`` or
+``load_pipeline({...}, registry=...)`` (a dict with a file's keys, whose steps may name ``Pass``
+objects; ``dicts``) returns a fully validated ``Pipeline``; ``passkit.load_pipeline`` supplies
+the process-wide registry. See docs/pipelines.md for every key of the file. This package never
+imports torch or a built-in pass.
 """
 
 from __future__ import annotations

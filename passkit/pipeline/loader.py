@@ -2,6 +2,9 @@
 validate everything and check the fact contracts, before any step runs.
 
 Loading never runs code from the file: TOML is data, and only installed plugins provide passes.
+A dict with a file's keys loads the same way (``passkit.pipeline.dicts``: attributed to the
+Python line that handed it over, its steps may name ``Pass`` objects); its ``extends`` names a
+pipeline, or a file relative to the working directory, as Python's own ``open`` reads paths.
 """
 
 from __future__ import annotations
@@ -10,11 +13,12 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from passkit.errors import PipelineError
 from passkit.pipeline.contracts import check_contracts
-from passkit.pipeline.messages import did_you_mean, display_path
+from passkit.pipeline.dicts import caller_location, mark_unregistered, python_document
+from passkit.pipeline.messages import CodeLocation, did_you_mean, display_path
 from passkit.pipeline.model import Pipeline
 from passkit.pipeline.overlay import Draft, apply_file, check_top_level, finalize, read_header
 from passkit.pipeline.exports import check_export
@@ -123,23 +127,34 @@ def _resolve(path: Path, file: str, registry: Registry, chain: tuple[tuple[Path,
     if any(resolved == seen for seen, _ in chain):
         cycle = " -> ".join([*(name for _, name in chain), file])
         raise PipelineError(f"{chain[0][1]}: extends cycle: {cycle}")
-    doc = read_toml(path, file)
+    return _apply(read_toml(path, file), path, path, file, registry, (*chain, (resolved, file)))
+
+
+def _apply(
+    doc: dict[str, Any], source: Path | CodeLocation, anchor: Path, file: str, registry: Registry,
+    chain: tuple[tuple[Path, str], ...],
+) -> Draft:
+    """Apply a document onto what it extends (found from ``anchor``'s folder), base first."""
     check_top_level(doc, file)
     header = read_header(doc, file)
     if header.extends is not None:
-        base_path, base_file = _locate(header.extends, registry, referrer=(path, file))
-        draft = _resolve(base_path, base_file, registry, (*chain, (resolved, file)))
+        base_path, base_file = _locate(header.extends, registry, referrer=(anchor, file))
+        draft = _resolve(base_path, base_file, registry, chain)
     else:
         draft = Draft()
-    apply_file(draft, doc, header, path, file, registry)
+    apply_file(draft, doc, header, source, file, registry)
     return draft
 
 
-def load_pipeline(name_or_path: str | Path | Pipeline, *, registry: Registry, mounted: bool = False) -> Pipeline:
-    """Load, validate and contract-check a pipeline given by name, by path, or as a ``Pipeline``.
+def load_pipeline(
+    spec: str | Path | Mapping[str, Any] | Pipeline, *, registry: Registry, mounted: bool = False
+) -> Pipeline:
+    """Load, validate and contract-check a pipeline given by name, by path, as a dict with a
+    file's keys, or as a ``Pipeline``.
 
     Every step's pass, every option that names a registered thing and every settings key is
-    resolved against ``registry``.
+    resolved against ``registry``; a dict's steps may also name ``Pass`` objects no plugin
+    registered.
 
     A str without a path separator and without a ``.toml`` suffix names a registered pipeline;
     anything else is a path. The contracts are checked for the training plan when the pipeline
@@ -148,13 +163,25 @@ def load_pipeline(name_or_path: str | Path | Pipeline, *, registry: Registry, mo
     step gets its slot, and no codegen step is needed.
 
     Raises:
-        PipelineError: one line, starting with the file that holds the mistake.
+        PipelineError: one line, starting with the file that holds the mistake (for a dict, the
+            Python line that handed it over: ``nb.py:12``).
     """
-    if isinstance(name_or_path, Pipeline):
-        return check_slots(name_or_path, registry) if mounted else name_or_path
-    path, file = _locate(name_or_path, registry, referrer=None)
-    draft = _resolve(path, file, registry, ())
-    pipeline = finalize(draft, source=path, settings_model=registry.settings_model)
+    if isinstance(spec, Pipeline):
+        return check_slots(spec, registry) if mounted else spec
+    source: Path | CodeLocation
+    unregistered: dict[str, Any] = {}
+    if isinstance(spec, Mapping):
+        source = caller_location()
+        file = str(source)
+        doc, registry, unregistered = python_document(spec, file, registry)
+        chain = ((source.path.resolve(), file),)
+        draft = _apply(doc, source, Path.cwd() / "<python>", file, registry, chain)
+    else:
+        source, file = _locate(spec, registry, referrer=None)
+        draft = _resolve(source, file, registry, ())
+    pipeline = finalize(draft, source=source, settings_model=registry.settings_model)
+    if unregistered:
+        pipeline = mark_unregistered(pipeline, unregistered)
     if mounted or pipeline.mounted:
         return check_slots(pipeline, registry)
     if pipeline.kind == "export":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -17,6 +18,8 @@ import pydantic
 __all__ = [
     "DEFAULT_ORIGIN",
     "ARGUMENT_ORIGIN",
+    "CodeLocation",
+    "display_source",
     "did_you_mean",
     "display_path",
     "toml_key",
@@ -53,6 +56,33 @@ def display_path(path: Path) -> str:
     while package is not None and (package.parent / "__init__.py").is_file():
         package = package.parent
     return str(absolute.relative_to(package.parent)) if package is not None else str(absolute)
+
+
+@dataclass(frozen=True)
+class CodeLocation:
+    """The Python line that handed passkit a pipeline as a dict: where its values came from.
+
+    It stands where a file's path stands (``Pipeline.source``, the extends chain, origins), so
+    messages and ``explain`` read ``nb.py:12`` where a file would read ``my.toml``.
+    """
+
+    path: Path
+    line: int
+
+    @property
+    def stem(self) -> str:
+        """The Python file's stem: a dict pipeline's name when it sets none, as a file's stem is."""
+        return self.path.stem if self.path.suffix == ".py" else self.path.name
+
+    def __str__(self) -> str:
+        # <stdin> and <string> are no paths: shown as Python shows them
+        shown = str(self.path) if str(self.path).startswith("<") else display_path(self.path)
+        return f"{shown}:{self.line}"
+
+
+def display_source(source: Path | CodeLocation) -> str:
+    """A pipeline's source as messages show it: a file like ``display_path``, a dict's line as ``nb.py:12``."""
+    return str(source) if isinstance(source, CodeLocation) else display_path(source)
 
 
 def toml_key(key: str) -> str:

@@ -1,8 +1,10 @@
 """Own the resolved pipeline: ``Settings``, ``Step`` and ``Pipeline``, with provenance.
 
-These are what loading a pipeline file produces and what the runner consumes. Every resolved
-value remembers the file that set it (``"<default>"`` when nothing did, ``"<argument>"`` when
-``with_settings`` did), and ``Pipeline.explain()`` shows it.
+These are what loading a pipeline file (or a dict with a file's keys) produces and what the
+runner consumes. Every resolved value remembers the file that set it, or for a dict the Python
+line that handed it over (``"<default>"`` when nothing did, ``"<argument>"`` when
+``with_settings`` did), and ``Pipeline.explain()`` shows it. ``Pipeline.fingerprint()`` is what the
+compile cache keys on; ``cache_refusal()`` says why a pipeline cannot be cached at all.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import pydantic
 
 from passkit.errors import PipelineError
+from passkit.pipeline.explain import Explanation, explain_data, explain_text, options_json, step_tolerance
 from passkit.pipeline.messages import (
     ARGUMENT_ORIGIN,
+    CodeLocation,
     did_you_mean,
-    display_path,
+    display_source,
     first_validation_error,
 )
 from passkit.pipeline.scalars import scalar_mismatch
@@ -28,7 +32,7 @@ from passkit.pipeline.scalars import scalar_mismatch
 if TYPE_CHECKING:
     from passkit.core.pass_api import Pass
 
-__all__ = ["Settings", "Step", "Pipeline", "options_json"]
+__all__ = ["Settings", "Step", "Pipeline", "options_json", "step_tolerance"]
 
 
 class Settings(pydantic.BaseModel):
@@ -71,26 +75,13 @@ class Step:
     location: str = ""
     # The Inductor custom-pass slot a mounted file runs the step in (``passkit.frontends.inductor_slots``).
     slot: str | None = None
+    # The pass came as a ``Pass`` object in a dict, registered by no plugin: no installed file or
+    # distribution version stands for its code, so it is fingerprinted by value.
+    unregistered: bool = False
 
     @property
     def pass_name(self) -> str:
         return self.pass_.name
-
-
-def options_json(options: pydantic.BaseModel) -> dict[str, Any]:
-    """Option values as JSON-able data (``repr`` for values pydantic cannot serialise)."""
-    try:
-        return options.model_dump(mode="json")
-    except Exception:  # arbitrary option types (callables, tensors) have no JSON form
-        return {key: _jsonable(value) for key, value in dict(options).items()}
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except TypeError:
-        return repr(value)
 
 
 @dataclass(frozen=True)
@@ -99,11 +90,11 @@ class Pipeline:
 
     name: str
     description: str
-    source: Path | None
+    source: Path | CodeLocation | None  # a file, or the Python line that handed over a dict
     settings: Settings
     settings_origin: dict[str, str]
     steps: tuple[Step, ...]
-    files: tuple[Path, ...] = ()  # the extends chain, base first
+    files: tuple[Path | CodeLocation, ...] = ()  # the extends chain, base first
     kind: Literal["compile", "export"] = "compile"  # [pipeline] kind: what the plan makes
 
     @property
@@ -119,7 +110,7 @@ class Pipeline:
     @property
     def label(self) -> str:
         """What messages about the whole pipeline start with: its file, else its name."""
-        return display_path(self.source) if self.source is not None else self.name
+        return display_source(self.source) if self.source is not None else self.name
 
     def where(self, step: Step) -> str:
         """``<file>: steps[i] (<id>)``, naming the file and index where the step was written."""
@@ -159,57 +150,35 @@ class Pipeline:
         origin = {**self.settings_origin, **{key: ARGUMENT_ORIGIN for key in given}}
         return dataclasses.replace(self, settings=settings, settings_origin=origin)
 
-    def explain(self) -> dict[str, Any]:
-        """The resolved plan as JSON-able data, each value with the file that set it."""
-        settings = self.settings.model_dump(mode="json")
-        return {
-            "name": self.name,
-            "description": self.description,
-            "source": display_path(self.source) if self.source is not None else None,
-            "files": [display_path(path) for path in self.files],
-            "kind": self.kind,
-            "can_train": self.can_train,
-            "settings": {key: {"value": settings[key], "from": self.settings_origin[key]} for key in settings},
-            "steps": [_explain_step(step) for step in self.steps],
-        }
+    def explain(self) -> Explanation:
+        """The resolved plan, each value with the file (or Python line) that set it: a dict of
+        JSON-able data (what ``passkit explain --json`` writes) whose ``str()`` is the text
+        ``passkit explain`` prints, so a notebook shows the table."""
+        return Explanation(explain_data(self), explain_text(self))
 
     def fingerprint(self) -> str:
         """Hash of what the plan computes: each step's pass, options, ``when``, ``enabled`` and
         the pass's own fingerprint. Settings are left out: they change how steps are observed
         (dumps, verification), not the compiled result.
+
+        A pass given as an object in a dict is fingerprinted by value (its code and the values it
+        reads); one whose values cannot be hashed gets a fresh token each time, so no cache entry
+        or Inductor cache key is ever shared with another compile (``cache_refusal`` says why).
         """
         plan = []
         for step in self.steps:
             options = options_json(step.options)
-            entry = [step.id, step.pass_name, step.when, step.enabled, options, step.pass_.fingerprint()]
+            fingerprint = step.pass_.fingerprint(by_value=step.unregistered)
+            entry = [step.id, step.pass_name, step.when, step.enabled, options, fingerprint]
             plan.append(entry + [step.slot] if step.slot is not None else entry)
         text = json.dumps(plan, sort_keys=True, default=repr)
         return hashlib.sha256(text.encode()).hexdigest()
 
-
-def step_tolerance(step: Step) -> dict[str, float] | None:
-    """The ``(rtol, atol)`` the step's pass declares for its options, as ``{"rtol", "atol"}``; None
-    when it keeps eager's numerics (the pipeline's own ``rtol``/``atol`` hold)."""
-    declared = step.pass_.declared_tolerance(step.options)
-    return None if declared is None else {"rtol": float(declared[0]), "atol": float(declared[1])}
-
-
-def _explain_step(step: Step) -> dict[str, Any]:
-    options = options_json(step.options)
-    described = {}
-    for key, value in options.items():
-        described[key] = {"value": value, "from": step.origin.get(key, "")}
-        if isinstance(value, list) and f"{key}[0]" in step.origin:  # edited with key.add / key.remove
-            described[key]["items_from"] = [step.origin.get(f"{key}[{i}]", "") for i in range(len(value))]
-    return {
-        "number": step.position + 1,  # 1-based, as in run tables, progress lines and dump names
-        "position": step.position,
-        "id": step.id,
-        "pass": step.pass_name,
-        "when": step.when,
-        "enabled": step.enabled,
-        "from": {key: step.origin[key] for key in ("pass", "when", "enabled")},
-        "options": described,
-        "tolerance": step_tolerance(step),
-        **({"slot": {"value": step.slot, "from": step.origin.get("slot", "")}} if step.slot is not None else {}),
-    }
+    def cache_refusal(self) -> str | None:
+        """Why programs compiled with this pipeline cannot be cached, or None when they can: an
+        unregistered pass that reads a value passkit cannot hash, named with the step."""
+        for step in self.steps:
+            problem = step.pass_.by_value_problem() if step.unregistered else None
+            if problem is not None:
+                return f"{self.where(step)}: {problem}"
+        return None

@@ -19,6 +19,7 @@ import pydantic
 from passkit.errors import PipelineError
 from passkit.pipeline.messages import (
     DEFAULT_ORIGIN,
+    CodeLocation,
     accepted_keys,
     did_you_mean,
     first_validation_error,
@@ -82,7 +83,7 @@ class Draft:
     settings: dict[str, Any] = field(default_factory=dict)
     settings_origin: dict[str, str] = field(default_factory=dict)
     steps: list[DraftStep] = field(default_factory=list)
-    files: list[Path] = field(default_factory=list)
+    files: list[Path | CodeLocation] = field(default_factory=list)
 
     def find(self, step_id: str) -> DraftStep | None:
         for step in self.steps:
@@ -149,9 +150,9 @@ def read_header(doc: dict[str, Any], file: str) -> PipelineHeader:
 
 
 def apply_file(
-    draft: Draft, doc: dict[str, Any], header: PipelineHeader, path: Path, file: str, registry: Registry
+    draft: Draft, doc: dict[str, Any], header: PipelineHeader, path: Path | CodeLocation, file: str, registry: Registry
 ) -> None:
-    """Apply one (already syntax-checked) file onto ``draft``, in place."""
+    """Apply one (already syntax-checked) file, or a dict's Python line, onto ``draft``, in place."""
     draft.files.append(path)
     draft.name = header.name or path.stem
     if header.description is not None:
@@ -357,7 +358,7 @@ def _apply_override(draft: Draft, step_id: str, table: Any, file: str, registry:
         step.origin["slot"] = file
 
 
-def finalize(draft: Draft, source: Path | None, settings_model: type[Settings]) -> Pipeline:
+def finalize(draft: Draft, source: Path | CodeLocation | None, settings_model: type[Settings]) -> Pipeline:
     """Freeze a draft into a ``Pipeline``; values no file set get origin ``"<default>"``."""
     steps = []
     for position, draft_step in enumerate(draft.steps):

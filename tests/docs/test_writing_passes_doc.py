@@ -25,6 +25,7 @@ import torch
 from click.testing import CliRunner
 
 import passkit
+import passkit.core.registry
 from passkit.core import plugins
 from passkit.cli import main
 
@@ -203,6 +204,44 @@ def test_code_runs_compiles_both_negations_away_and_matches_eager(project: Path,
     expected.backward()
     torch.testing.assert_close(namespace["loss"], expected)
     torch.testing.assert_close(w.grad, w_eager.grad)
+
+
+def _quick_start() -> tuple[str, list[str], str]:
+    """The notebook quick start: its code, the report it shows, and the error it shows."""
+    (code,) = [b.text for b in doc_blocks() if b.lang == "python" and '"pipeline": {"extends"' in b.text]
+    (table,) = [b.text.splitlines() for b in doc_blocks() if b.lang == "text" and b.text.startswith("pipeline nb ")]
+    (error,) = [b.text.strip() for b in doc_blocks() if b.lang == "text" and b.text.startswith("nb.py:")]
+    return code, table, error
+
+
+def test_the_notebook_quick_start_needs_no_plugin_and_matches_eager(capsys: pytest.CaptureFixture[str]) -> None:
+    code, table, _ = _quick_start()
+    assert "acme.fold_double_neg" not in passkit.core.registry.get_registry().passes  # nothing installed
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(code, "nb.py", "exec"), namespace)  # the notebook, saved as nb.py
+    assert_output_matches(table, capsys.readouterr().out)
+
+    model, compiled = namespace["model"], namespace["compiled"]
+    eager = namespace["Tiny"]()
+    eager.load_state_dict(model.state_dict())
+    for module in (model, eager):
+        module.zero_grad()
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(compiled(x), eager(x))
+    compiled(x).sum().backward()
+    eager(x).sum().backward()
+    torch.testing.assert_close(model.linear.weight.grad, eager.linear.weight.grad)
+
+
+def test_the_notebook_quick_start_names_its_line_in_the_doc_error() -> None:
+    code, _, error = _quick_start()
+    assert '"max_rewrites": 10' in code
+    with pytest.raises(passkit.PipelineError) as raised:
+        exec(compile(code.replace('"max_rewrites": 10', '"max_rewrites": "ten"'), "nb.py", "exec"), {"__name__": "__main__"})
+    assert str(raised.value) == error
+    line = error.split(":")[1]
+    assert code.splitlines()[int(line) - 1].startswith("compiled = passkit.compile(model, pipeline=pipeline)")
+    assert f"`nb.py:{line}` where a file would show its name" in DOC.read_text(encoding="utf-8")
 
 
 def test_bad_option_is_rejected_with_the_doc_message(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
