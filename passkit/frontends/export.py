@@ -22,7 +22,7 @@ from passkit.core.program import Desc, GraphIO, InputInfo, OutputInfo, Program, 
 from passkit.core.report import Report
 from passkit.errors import PasskitError
 from passkit.frontends.compiling import Progress, load_pipeline, run_steps
-from passkit.frontends.package import EXPORT_ATTRIBUTE
+from passkit.frontends.package import stamp_export_record
 from passkit.frontends.export_signature import ExportState, exported_from_program, spec_kinds
 from passkit.pipeline.exports import refuse_for_export
 
@@ -68,7 +68,7 @@ def export(
     captured = torch.export.export(model, tuple(args), kwargs, dynamic_shapes=dynamic_shapes)
     exported, report, program = export_program(captured, resolved, progress=progress)
     exported.passkit_report = report  # type: ignore[attr-defined]
-    setattr(exported, EXPORT_ATTRIBUTE, {
+    stamp_export_record(exported, {
         "pipeline": resolved.name,
         "fingerprint": resolved.fingerprint(),
         "tables": _tables(program, resolved),

@@ -5,8 +5,8 @@ package, with a pipeline file's slot steps mounted in Inductor for that compile.
 that name an Inductor slot run there, exactly as ``passkit.inductor_options`` mounts them for
 ``torch.compile``. The package's metadata (``aot_inductor.metadata``, read back with
 ``aoti_load_package(path).get_metadata()``) records passkit's version, the export pipeline and
-its fingerprint when the program came from ``passkit.export`` in this process
-(``passkit.export_pipeline``), and as ``passkit.pipeline`` the pipeline whose steps ran in
+its fingerprint when the program came from ``passkit.export`` (``passkit.export_pipeline``; the
+record travels in the graph through ``torch.export.save`` and ``load``), and as ``passkit.pipeline`` the pipeline whose steps ran in
 Inductor, else the export pipeline.
 
 A program that ``passkit.export`` decomposed with a table Inductor does not take as input (a
@@ -16,16 +16,40 @@ output, and "breaks in nasty ways" on anything else.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from passkit import _torch
 from passkit.errors import PasskitError
 
-__all__ = ["INDUCTOR_TABLES", "EXPORT_ATTRIBUTE", "package", "package_metadata"]
+__all__ = ["INDUCTOR_TABLES", "EXPORT_ATTRIBUTE", "export_record", "package", "package_metadata", "stamp_export_record"]
 
 INDUCTOR_TABLES = frozenset({"core_aten", "inductor"})  # what Inductor's lowerings take as input
 EXPORT_ATTRIBUTE = "passkit_export"  # what passkit.export leaves on the ExportedProgram it returns
+# The same record in a node's ``meta["custom"]``, which torch.export.save and load keep (an
+# attribute of the ExportedProgram is lost there): the graph's last call carries it.
+STAMP_KEY = "passkit.export"
+
+
+def stamp_export_record(exported: Any, record: dict[str, Any]) -> None:
+    """Leave ``record`` (pipeline, fingerprint, tables, facts) on ``exported`` and in its graph."""
+    setattr(exported, EXPORT_ATTRIBUTE, record)
+    calls = [n for n in exported.graph.nodes if n.op == "call_function"]
+    if calls:
+        calls[-1].meta.setdefault("custom", {})[STAMP_KEY] = json.dumps(record, sort_keys=True)
+
+
+def export_record(exported: Any) -> dict[str, Any]:
+    """What ``passkit.export`` recorded about how it made ``exported`` ({} for another program)."""
+    record = getattr(exported, EXPORT_ATTRIBUTE, None)
+    if record:
+        return record
+    for node in reversed(list(exported.graph.nodes)):
+        stamped = node.meta.get("custom", {}).get(STAMP_KEY)
+        if stamped:
+            return json.loads(stamped)
+    return {}
 
 
 def package(exported: Any, path: str | Path, *, pipeline: Any = None, **inductor_options: Any) -> str:
@@ -44,7 +68,7 @@ def package(exported: Any, path: str | Path, *, pipeline: Any = None, **inductor
 
     if not isinstance(exported, torch.export.ExportedProgram):
         raise PasskitError(f"passkit.package: expected an ExportedProgram, got {type(exported).__name__}")
-    exported_by = getattr(exported, EXPORT_ATTRIBUTE, None) or {}
+    exported_by = export_record(exported)
     foreign = sorted(set(exported_by.get("tables", ())) - INDUCTOR_TABLES)
     if foreign:
         raise PasskitError(
