@@ -12,8 +12,10 @@ Contenders:
   the fused attention left whole (``run_decompositions`` with that op taken out of the table),
   and the table says so.
 - package: ``passkit.package(passkit's program)`` against
-  ``aoti_compile_and_package(torch's program)``, each with Inductor's caches off
-  (``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``, set before torch is imported).
+  ``aoti_compile_and_package(torch.export.export(model, ...))``, the path torch documents (AOTInductor
+  lowers torch.export's program with Inductor's own table, fused attention kept whole), each
+  with Inductor's caches off (``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``, set before torch is
+  imported).
 - run: the two packages loaded with ``aoti_load_package`` and called head to head
   (``paired.head_to_head``: ``A B B A`` blocks, the median of adjacent ratios and its quartiles).
 
@@ -128,7 +130,8 @@ def run_workload(name: str, rounds: int, package_rounds: int, pairs: int, folder
             if who == "passkit":
                 seconds, packages[who] = timed(lambda: passkit.package(programs["passkit"], path))
             else:
-                seconds, packages[who] = timed(lambda: aoti_compile_and_package(programs["torch"], package_path=str(path)))
+                seconds, packages[who] = timed(lambda: aoti_compile_and_package(
+                    torch.export.export(model, args, kwargs), package_path=str(path)))
             builds[who].append(seconds)
         print(f"  {name} package {k + 1}: passkit {builds['passkit'][-1]:.1f} s, torch {builds['torch'][-1]:.1f} s",
               file=sys.stderr, flush=True)
