@@ -192,3 +192,25 @@ def test_a_program_decomposed_with_a_table_inductor_does_not_take_is_refused_by_
         "take as input; export it with core_aten or inductor"
     )
     assert not (tmp_path / "p.pt2").exists()
+
+
+def test_a_failing_export_step_writes_a_reproducer_that_replays_without_the_model(tmp_path: Path, monkeypatch: Any,
+                                                                                  register_passkit_plugin: Any) -> None:
+    import planted_bugs
+    from passkit.core.plugins import get_plugin_manager
+    from passkit.core.registry import get_registry
+    from passkit.debug.replay import replay
+
+    monkeypatch.chdir(tmp_path)
+    register_passkit_plugin(planted_bugs, name="planted_bugs")
+    (tmp_path / "planted.toml").write_text(
+        '[pipeline]\nname = "planted"\nextends = "export"\n\n[[steps]]\npass = "planted.explode"\nafter = "decompose"\n'
+    )
+    with pytest.raises(passkit.PassError) as info:
+        passkit.export(MODELS["dynamic_batch"].build(), MODELS["dynamic_batch"].args, pipeline="planted.toml")
+    assert str(info.value).startswith("planted.toml: steps[0] (planted.explode) failed: RuntimeError: planted failure")
+    folder = tmp_path / "passkit-repro" / "03-planted.explode"
+    assert str(info.value).endswith(f"(reproducer: {folder.relative_to(tmp_path)})")
+    replayed = replay(folder, pm=get_plugin_manager(), registry=get_registry())
+    assert (replayed.recorded_kind, replayed.kind) == ("crash", "crash")
+    assert "planted failure" in replayed.message
