@@ -214,3 +214,21 @@ def test_a_failing_export_step_writes_a_reproducer_that_replays_without_the_mode
     replayed = replay(folder, pm=get_plugin_manager(), registry=get_registry())
     assert (replayed.recorded_kind, replayed.kind) == ("crash", "crash")
     assert "planted failure" in replayed.message
+
+
+def test_a_dict_pipeline_that_extends_export_runs_a_notebook_pass() -> None:
+    seen = []
+
+    @passkit.graph_pass("nb.count_outputs", requires={"functional"})
+    def count_outputs(program: passkit.Program) -> bool:
+        """Count main's outputs."""
+        seen.append(len(program.io("main").outputs))
+        return False
+
+    model = MODELS["batchnorm_train"].build()
+    pipeline = {"pipeline": {"name": "nb-export", "extends": "export"}, "steps": [{"pass": count_outputs, "after": "fx.dce"}]}
+    exported = passkit.export(copy.deepcopy(model), MODELS["batchnorm_train"].args, pipeline=pipeline, cache="off")
+    assert seen == [4]  # three running statistics written back, then the user output
+    assert exported.passkit_export["pipeline"] == "nb-export"
+    x = MODELS["batchnorm_train"].args[0]
+    torch.testing.assert_close(exported.module()(x), model(x))
