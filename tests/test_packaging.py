@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow  # about 15 s on an idle machine; plain `pytest` s
 REPO = Path(__file__).resolve().parents[1]
 # What a build reads; passkit/pipelines is a symlink to ../pipelines in the source tree.
 BUILD_INPUTS = ("pyproject.toml", "README.md", "LICENSE", "passkit", "pipelines")
-SHIPPED = ("debug", "inference", "inference-python", "training", "training-python")
+SHIPPED = ("debug", "export", "inference", "inference-python", "training", "training-python")
 DEPENDENCIES = ("torch", "pydantic", "pluggy", "click", "numpy")
 
 PROBE = """
