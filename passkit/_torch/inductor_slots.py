@@ -20,6 +20,7 @@ whenever what the object does changes; passkit derives it from the steps' finger
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch
@@ -55,6 +56,11 @@ def is_sym_value(value: Any) -> bool:
     return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
 
 
+# The slot objects alive in this process, by slot and uuid: a copy made here by pickling (as
+# AOTInductor copies its config) is the object itself; only another process gets a refusing one.
+_LIVE: weakref.WeakValueDictionary[tuple[str, str], Any] = weakref.WeakValueDictionary()
+
+
 class MountedPass(_GraphPassBase):  # type: ignore[misc]
     """A graph slot's object: runs ``run(gm, is_inference)`` on the graph Inductor hands over."""
 
@@ -62,6 +68,7 @@ class MountedPass(_GraphPassBase):  # type: ignore[misc]
         self.slot = slot
         self._run = run
         self._uuid = uuid
+        _LIVE[(slot, uuid)] = self
 
     def __call__(self, graph: torch.fx.Graph, is_inference: bool | None = None) -> None:
         gm = graph.owning_module
@@ -73,7 +80,8 @@ class MountedPass(_GraphPassBase):  # type: ignore[misc]
         return self._uuid
 
     def __reduce__(self) -> Any:
-        # Inductor pickles its config for workers; the passes only travel by their uuid.
+        # Inductor pickles its config for workers (and AOTInductor copies it in this process):
+        # the passes only travel by their uuid, and find themselves again where they were made.
         return (_detached, (self.slot, self._uuid))
 
     def __repr__(self) -> str:
@@ -81,6 +89,10 @@ class MountedPass(_GraphPassBase):  # type: ignore[misc]
 
 
 def _detached(slot: str, uuid: str) -> MountedPass:
+    live = _LIVE.get((slot, uuid))
+    if live is not None:
+        return live
+
     def refuse(gm: torch.fx.GraphModule, is_inference: bool | None) -> None:
         raise RuntimeError(f"passkit slot {slot}: this copy was unpickled in another process; mount the file there")
 
@@ -95,6 +107,7 @@ class MountedPartitioner(_custom.CustomPartitionerFn):
     def __init__(self, choose: Callable[[torch.fx.GraphModule, Sequence[Any], int], list[str] | None], uuid: str) -> None:
         self._choose = choose
         self._uuid = uuid
+        _LIVE[("partition", uuid)] = self
 
     def __call__(
         self, gm: torch.fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
@@ -119,6 +132,10 @@ class MountedPartitioner(_custom.CustomPartitionerFn):
 
 
 def _detached_partitioner(uuid: str) -> MountedPartitioner:
+    live = _LIVE.get(("partition", uuid))
+    if live is not None:
+        return live  # type: ignore[return-value]
+
     def refuse(gm: torch.fx.GraphModule, inputs: Sequence[Any], n: int) -> list[str]:
         raise RuntimeError("passkit slot partition: this copy was unpickled in another process; mount the file there")
 

@@ -232,3 +232,19 @@ def test_a_dict_pipeline_that_extends_export_runs_a_notebook_pass() -> None:
     assert exported.passkit_export["pipeline"] == "nb-export"
     x = MODELS["batchnorm_train"].args[0]
     torch.testing.assert_close(exported.module()(x), model(x))
+
+
+@pytest.mark.slow
+def test_a_package_runs_a_mounted_files_slot_steps_inside_its_compile(tmp_path: Path) -> None:
+    model, exported = _export("llama", "export")
+    before = len(passkit.reports())
+    package = passkit.package(exported, tmp_path / "llama.pt2", pipeline="inductor-post-grad")
+    slot_reports = passkit.reports()[before:]
+    assert {r.pipeline for r in slot_reports} == {"inductor-post-grad"}
+    assert any(record.id == "gemm" and record.status == "ran" for r in slot_reports for record in r.records)
+    runner = torch._inductor.aoti_load_package(package)
+    metadata = runner.get_metadata()
+    assert (metadata["passkit.pipeline"], metadata["passkit.export_pipeline"]) == ("inductor-post-grad", "export")
+    assert metadata["passkit.fingerprint"] == passkit.load_pipeline("inductor-post-grad").fingerprint()
+    ((args, kwargs),) = MODELS["llama"].checks
+    _assert_equal(leaves(runner(*args, **kwargs)), _eager(MODELS["llama"], model, args, kwargs))
