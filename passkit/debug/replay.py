@@ -5,6 +5,11 @@ the step and the resolved pipeline, and runs the one step with the pipeline's ``
 setting; numerics are compared with the program as it was before the step, on the saved inputs
 (or seeded values of the recorded shapes). It reproduces when the step fails the same way
 (``crash``, ``fact`` or ``numerics``) as recorded. Version differences are reported, not fatal.
+
+The program is a pickle, so a folder (or pickle) that the group or others can write, or that
+another user owns, is refused in one line before anything is loaded
+(``passkit.core.private_folders``). The replay writes nothing outside the folder: no report, no
+dumps, no reproducer of its own.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from passkit.artifacts.program_file import TensorMeta, read_program
-from passkit.artifacts.reproducer import FORMAT, MANIFEST, failure_kind, versions
+from passkit.artifacts.program_file import RECORD, TensorMeta, read_program
+from passkit.artifacts.reproducer import FORMAT, MANIFEST, WHAT, failure_kind, versions
+from passkit.core.private_folders import refusal
 from passkit.errors import PasskitError, PassError, PipelineError, VerificationError
 
 if TYPE_CHECKING:
@@ -52,7 +58,12 @@ class Replay:
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
-    """The reproducer's manifest; a one-line error when ``folder`` is not a reproducer."""
+    """The reproducer's manifest; a one-line error when ``folder`` is not a reproducer, or is not
+    private to the user."""
+    for found in (folder, folder / RECORD):
+        reason = refusal(found, WHAT if found == folder else "reproducer file")
+        if reason is not None:
+            raise PasskitError(reason)
     path = folder / MANIFEST
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
@@ -109,7 +120,8 @@ def replay(folder: Path, *, pm: pluggy.PluginManager, registry: Registry) -> Rep
     program = read_program(folder, registry)
     verify = manifest["verify"]
     reference = Reference(program, real_inputs(folder, program)) if verify == "numerics" else None
-    one_step = dataclasses.replace(pipeline, steps=(step,)).with_settings(dump="off", repro_dir="")
+    # Settings that write files are the failing run's: replaying must not overwrite its report.
+    one_step = dataclasses.replace(pipeline, steps=(step,)).with_settings(dump="off", repro_dir="", report="")
     kind, message = None, ""
     try:
         run_pipeline(one_step, program, pm=pm, registry=registry, reference=reference)
