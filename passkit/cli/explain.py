@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from passkit.cli import terminal
+from passkit.cli.plugin_option import plugin_option, register_plugins
 from passkit.pipeline.messages import DEFAULT_ORIGIN
 from passkit.pipeline.model import step_tolerance
 
@@ -22,12 +23,14 @@ WIDE = 60  # longer list values are shown one item per row
 
 @click.command("explain")
 @click.argument("file")
+@plugin_option
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-def command(file: str, as_json: bool) -> None:
+def command(file: str, plugins: tuple[str, ...], as_json: bool) -> None:
     """Show FILE's resolved plan: settings and steps, each value with the file that set it."""
     from passkit.pipeline import load_pipeline
     from passkit.core.registry import get_registry
 
+    register_plugins(plugins)
     pipeline = load_pipeline(file, registry=get_registry())
     if as_json:
         terminal.write_json(pipeline.explain())

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 
     from passkit.core.program import Program
     from passkit.core.registry import Registry
+    from passkit.pipeline import Pipeline
 
-__all__ = ["Replay", "read_manifest", "real_inputs", "replay"]
+__all__ = ["Replay", "read_manifest", "reproducer_pipeline", "real_inputs", "replay"]
 
 
 @dataclass
@@ -78,6 +79,26 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     return manifest
 
 
+def reproducer_pipeline(folder: Path, manifest: dict[str, Any], registry: Registry) -> Pipeline:
+    """The reproducer's ``pipeline.toml``, loaded with ``registry``. When the failing step's pass
+    is not registered, the one-line error names the module the reproducer recorded it from and
+    the ``--plugin`` option that registers it."""
+    from passkit.pipeline import load_pipeline
+
+    step = manifest.get("step", {})
+    name, module = step.get("pass"), step.get("module")
+    if name and name not in registry.passes:
+        where = f" from module {module!r}" + (f" ({step['distribution']})" if step.get("distribution") else "") if module else ""
+        fix = f"install its plugin, or name the module with --plugin {module}" if module else "install its plugin, or name it with --plugin MODULE"
+        raise PipelineError(f"{folder}: the failing step's pass {name!r} is not registered; the reproducer recorded it{where}: {fix}")
+    try:
+        return load_pipeline(folder / "pipeline.toml", registry=registry)
+    except PipelineError as exc:
+        if "unknown pass" not in str(exc):
+            raise
+        raise PipelineError(f"{exc}; a plugin that is not installed can be named with --plugin MODULE") from None
+
+
 def _version_notes(recorded: dict[str, Any]) -> list[str]:
     now = versions()
     notes = [
@@ -104,12 +125,11 @@ def replay(folder: Path, *, pm: pluggy.PluginManager, registry: Registry) -> Rep
     """Run the reproducer's failing step again on its saved program."""
     from passkit.verify.compare import tolerance_for
     from passkit.verify.evaluate import Reference
-    from passkit.pipeline import load_pipeline
     from passkit.core.runner import run_pipeline
 
     manifest = read_manifest(folder)
     recorded = manifest["step"]
-    pipeline = load_pipeline(folder / "pipeline.toml", registry=registry)
+    pipeline = reproducer_pipeline(folder, manifest, registry)
     position = recorded["position"]
     if position >= len(pipeline.steps) or pipeline.steps[position].id != recorded["id"]:
         raise PipelineError(f"{folder / 'pipeline.toml'}: has no step {recorded['id']!r} at position {position}")
