@@ -20,6 +20,7 @@ __all__ = [
     "dynamo_code_location",
     "dynamo_input_names",
     "on_dynamo_frame_start",
+    "on_dynamo_compile_end",
     "graph_codegen",
     "structured_trace_enabled",
     "trace_artifact",
@@ -139,6 +140,34 @@ def _frame_started(args: Any) -> None:
         try:
             handler(backend, where, compile_id)
         except Exception:  # noqa: BLE001
+            pass
+
+
+_COMPILE_ENDS: list[Callable[[], None]] = []
+
+
+def on_dynamo_compile_end(handler: Callable[[], None]) -> bool:
+    """Call ``handler()`` once, when the Dynamo compile under way (or the next one) ends; False
+    where torch has no end callbacks. Asking twice before the end calls it once."""
+    try:
+        callbacks = torch._dynamo.callback_handler
+        installed = _compile_ended in callbacks.end_callbacks
+    except AttributeError:
+        return False
+    if not installed:
+        callbacks.register_end_callback(_compile_ended)
+    if handler not in _COMPILE_ENDS:
+        _COMPILE_ENDS.append(handler)
+    return True
+
+
+def _compile_ended(args: Any) -> None:
+    pending = list(_COMPILE_ENDS)
+    _COMPILE_ENDS.clear()
+    for handler in pending:
+        try:
+            handler()
+        except Exception:  # noqa: BLE001 - a report line must never cost the compile
             pass
 
 
