@@ -27,7 +27,8 @@ import torch
 import torch.fx
 from torch._inductor import custom_graph_pass as _custom
 
-__all__ = ["MountedPass", "MountedPartitioner", "put_back", "is_tangent", "is_sym_value", "inductor_caches_off"]
+__all__ = ["MountedPass", "MountedPartitioner", "put_back", "is_tangent", "is_sym_value", "inductor_caches_off",
+           "inductor_cache_hits"]
 
 # torch 2.12+ tells post-grad passes whether the compile is for inference.
 _GraphPassBase: Any = getattr(_custom, "CustomInferenceAwareGraphPass", _custom.CustomGraphPass)
@@ -47,6 +48,14 @@ def inductor_caches_off() -> Any:
     return stack
 
 
+def inductor_cache_hits() -> int:
+    """How many times, in this process, Inductor's FX graph cache or AOT Autograd's cache answered
+    a compile (torch's counters)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["fxgraph_cache_hit"]) + int(counters["aot_autograd"]["autograd_cache_hit"])
+
+
 def is_tangent(node: torch.fx.Node) -> bool:
     """Whether a joint (or backward) placeholder is a tangent, by AOT Autograd's naming."""
     return node.op == "placeholder" and node.name.startswith("tangents")
@@ -64,10 +73,12 @@ _LIVE: weakref.WeakValueDictionary[tuple[str, str], Any] = weakref.WeakValueDict
 class MountedPass(_GraphPassBase):  # type: ignore[misc]
     """A graph slot's object: runs ``run(gm, is_inference)`` on the graph Inductor hands over."""
 
-    def __init__(self, slot: str, run: Callable[[torch.fx.GraphModule, bool | None], None], uuid: str) -> None:
+    def __init__(self, slot: str, run: Callable[[torch.fx.GraphModule, bool | None], None], uuid: str,
+                 keyed: Callable[[], None] | None = None) -> None:
         self.slot = slot
         self._run = run
         self._uuid = uuid
+        self._keyed = keyed  # told each time a cache key takes the uuid: a compile is under way
         _LIVE[(slot, uuid)] = self
 
     def __call__(self, graph: torch.fx.Graph, is_inference: bool | None = None) -> None:
@@ -77,6 +88,8 @@ class MountedPass(_GraphPassBase):  # type: ignore[misc]
         self._run(gm, is_inference)
 
     def uuid(self) -> str:
+        if self._keyed is not None:
+            self._keyed()
         return self._uuid
 
     def __reduce__(self) -> Any:
@@ -104,9 +117,11 @@ class MountedPartitioner(_custom.CustomPartitionerFn):
     returns the names of the joint's nodes to save, and torch cuts the graph around them; None
     (the step did not run: bisection skipped it) leaves the cut to torch's own min-cut."""
 
-    def __init__(self, choose: Callable[[torch.fx.GraphModule, Sequence[Any], int], list[str] | None], uuid: str) -> None:
+    def __init__(self, choose: Callable[[torch.fx.GraphModule, Sequence[Any], int], list[str] | None], uuid: str,
+                 keyed: Callable[[], None] | None = None) -> None:
         self._choose = choose
         self._uuid = uuid
+        self._keyed = keyed
         _LIVE[("partition", uuid)] = self
 
     def __call__(
@@ -121,10 +136,15 @@ class MountedPartitioner(_custom.CustomPartitionerFn):
         return cut_joint(gm, names, num_fwd_outputs, kwargs.get("static_lifetime_input_indices"))
 
     def uuid(self) -> str:
+        if self._keyed is not None:
+            self._keyed()
         return self._uuid
 
     def __reduce__(self) -> Any:
-        # Inductor's cache key pickles the config, where this object sits: its uuid says it all.
+        # Inductor's cache key pickles the config, where this object sits: its uuid says it all
+        # (AOT Autograd's cache keys the partitioner this way, never calling uuid()).
+        if self._keyed is not None:
+            self._keyed()
         return (_detached_partitioner, (self._uuid,))
 
     def __repr__(self) -> str:

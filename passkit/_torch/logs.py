@@ -4,12 +4,10 @@ compile id, the code and inputs of the frame Dynamo is compiling, and a graph's 
 
 from __future__ import annotations
 
-from typing import Any
-
 import os
 import re
 import sys
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx
@@ -19,7 +17,9 @@ __all__ = [
     "current_frame_id",
     "dynamo_code_location",
     "dynamo_input_names",
+    "user_location",
     "on_dynamo_frame_start",
+    "on_dynamo_compile_end",
     "graph_codegen",
     "structured_trace_enabled",
     "trace_artifact",
@@ -52,21 +52,94 @@ def current_frame_id() -> Any:
     return getattr(_compile_id(), "frame_id", None)
 
 
+# Wrappers torch and libraries put around a model's forward: a line names what they wrap.
+# torch.compile(nn.Sequential) compiles external_utils' wrap_inline.<locals>.inner; Hugging Face
+# wraps forward in deprecate_kwarg's wrapped_func, can_return_tuple's wrapper and the like.
+_WRAPPER_FILES = (
+    ("_dynamo", "external_utils.py"), ("nn", "modules", "module.py"), ("utils", "_contextlib.py"),
+    ("transformers", "utils", "deprecation.py"), ("transformers", "utils", "generic.py"), ("functools.py",),
+    ("contextlib.py",),
+)
+
+
+def _is_wrapper(code: Any) -> bool:
+    parts = tuple(os.path.normpath(getattr(code, "co_filename", "")).split(os.sep))
+    return any(parts[-len(tail):] == tail for tail in _WRAPPER_FILES)
+
+
+def _at(name: str, code: Any) -> str:
+    return f"{name} at {os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+
+
+def _code_name(code: Any) -> str:
+    return getattr(code, "co_qualname", code.co_name)
+
+
+def _unwrapped_code(fn: Any) -> Any:
+    import inspect
+
+    try:
+        fn = inspect.unwrap(fn)
+    except ValueError:  # a cycle of __wrapped__
+        return None
+    return getattr(getattr(fn, "__func__", fn), "__code__", None)
+
+
+def user_location(code: Any, frame_locals: dict[str, Any] | None, traced: Sequence[Any] = ()) -> str:
+    """The frame Dynamo compiles, named for the user: ``Block.forward at model.py:12``. When the
+    frame is a wrapper (``wrap_inline.<locals>.inner`` around an ``nn.Sequential``, Hugging
+    Face's ``deprecate_kwarg``), what it wraps: the module's class and its ``forward``, else the
+    function it calls; else the first traced code outside torch and the wrappers."""
+    if not _is_wrapper(code):
+        return _at(_code_name(code), code)
+    values = list((frame_locals or {}).values())
+    values += [v for key in ("args",) for v in ((frame_locals or {}).get(key) or ())]
+    for value in values:
+        if isinstance(value, torch.nn.Module):
+            found = _unwrapped_code(type(value).forward)
+            if found is not None:
+                return _at(f"{type(value).__name__}.forward", found)
+    for value in values:
+        found = _unwrapped_code(value) if callable(value) else None
+        if found is not None and not _is_wrapper(found):
+            return _at(_code_name(found), found)
+    torch_dir = os.path.dirname(torch.__file__)
+    for other in traced:
+        if not _is_wrapper(other) and not os.path.abspath(other.co_filename).startswith(torch_dir):
+            return _at(_code_name(other), other)
+    return _at(_code_name(code), code)
+
+
+def _compiling() -> tuple[Any, dict[str, Any] | None, Any] | None:
+    """Dynamo's ``_compile`` call on the stack: the code it compiles, that frame's locals and
+    the backend; None outside it."""
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_code.co_name == "_compile" and "compiler_fn" in frame.f_locals):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    found = frame.f_locals
+    frame_locals = found.get("locals")
+    return found.get("code"), frame_locals if isinstance(frame_locals, dict) else None, found["compiler_fn"]
+
+
 def dynamo_code_location() -> str | None:
-    """The function whose frame Dynamo is compiling, as ``Model.forward at model.py:12``;
-    ``None`` outside Dynamo (or where torch keeps no traced code)."""
+    """The function whose frame Dynamo is compiling, as ``Model.forward at model.py:12`` (what a
+    wrapper around it wraps: ``user_location``); ``None`` outside Dynamo (or where torch keeps
+    no traced code)."""
     try:
         from torch._guards import TracingContext
 
         context = TracingContext.try_get()
-        codes = getattr(context, "traced_code", None) or []
+        codes = list(getattr(context, "traced_code", None) or [])
+        compiling = _compiling()
     except Exception:  # noqa: BLE001 - an API change costs the location, never the compile
         return None
+    if compiling is not None and compiling[0] is not None:
+        return user_location(compiling[0], compiling[1], codes)
     if not codes:
         return None
-    code = codes[0]
-    name = getattr(code, "co_qualname", code.co_name)
-    return f"{name} at {os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+    return user_location(codes[0], None, codes)
 
 
 _SOURCE_PART = re.compile(r"\._(?:modules|parameters|buffers)\['([^']+)'\]")
@@ -92,7 +165,43 @@ def dynamo_input_names(gm: torch.fx.GraphModule) -> list[tuple[str, bool]]:
             continue
         state = "._parameters[" in text or "._buffers[" in text
         names.append((_SOURCE_PART.sub(r".\1", _LOCAL.sub(r"\1", text)), state))
-    return names
+    return _wrapped_argument_names(names)
+
+
+_ARG = re.compile(r"^args\[(\d+)\]")
+
+
+def _wrapped_argument_names(names: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    """Inside a wrapper's frame (``inner(*args)``), ``args[0]`` is named by the wrapped forward's
+    parameter (``input``, ``input_ids``)."""
+    try:
+        compiling = _compiling()
+        if compiling is None or compiling[0] is None or not _is_wrapper(compiling[0]):
+            return names
+        import inspect
+
+        frame_locals = compiling[1] or {}
+        args = list(frame_locals.get("args") or ())
+        module = next((v for v in frame_locals.values() if isinstance(v, torch.nn.Module)), None)
+        if module is None and args and isinstance(args[0], torch.nn.Module):
+            module = args[0]
+        if module is None:
+            return names
+        forward = inspect.unwrap(type(module).forward)
+        parameters = list(inspect.signature(forward).parameters.values())
+        if not (args and args[0] is module):
+            parameters = parameters[1:]  # the wrapper calls the module: args start after self
+        positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except Exception:  # noqa: BLE001 - a name is a nicety
+        return names
+
+    def rename(name: str) -> str:
+        found = _ARG.match(name)
+        if found is None or int(found[1]) >= len(positional):
+            return name
+        return positional[int(found[1])] + name[found.end():]
+
+    return [(rename(name), state) for name, state in names]
 
 
 _FRAME_STARTS: list[Callable[[Any, str, str], None]] = []
@@ -119,19 +228,16 @@ def on_dynamo_frame_start(handler: Callable[[Any, str, str], None]) -> bool:
 
 def _frame_started(args: Any) -> None:
     try:
-        frame = sys._getframe(1)
-        while frame is not None and not (frame.f_code.co_name == "_compile" and "compiler_fn" in frame.f_locals):
-            frame = frame.f_back
-        if frame is None:
+        compiling = _compiling()
+        if compiling is None:
             return
-        code, backend = frame.f_locals.get("code"), frame.f_locals["compiler_fn"]
+        code, frame_locals, backend = compiling
         for _ in range(8):  # Dynamo's wrappers around the backend the user passed
             inner = getattr(backend, "_torchdynamo_orig_backend", None) or getattr(backend, "compiler_fn", None)
             if inner is None or inner is backend:
                 break
             backend = inner
-        name = getattr(code, "co_qualname", getattr(code, "co_name", "?"))
-        where = f"{name} at {os.path.basename(getattr(code, 'co_filename', '?'))}:{getattr(code, 'co_firstlineno', 0)}"
+        where = user_location(code, frame_locals)
         compile_id = str(getattr(args, "compile_id", "") or "")
     except Exception:  # noqa: BLE001 - a progress line must never cost the compile
         return
@@ -139,6 +245,34 @@ def _frame_started(args: Any) -> None:
         try:
             handler(backend, where, compile_id)
         except Exception:  # noqa: BLE001
+            pass
+
+
+_COMPILE_ENDS: list[Callable[[], None]] = []
+
+
+def on_dynamo_compile_end(handler: Callable[[], None]) -> bool:
+    """Call ``handler()`` once, when the Dynamo compile under way (or the next one) ends; False
+    where torch has no end callbacks. Asking twice before the end calls it once."""
+    try:
+        callbacks = torch._dynamo.callback_handler
+        installed = _compile_ended in callbacks.end_callbacks
+    except AttributeError:
+        return False
+    if not installed:
+        callbacks.register_end_callback(_compile_ended)
+    if handler not in _COMPILE_ENDS:
+        _COMPILE_ENDS.append(handler)
+    return True
+
+
+def _compile_ended(args: Any) -> None:
+    pending = list(_COMPILE_ENDS)
+    _COMPILE_ENDS.clear()
+    for handler in pending:
+        try:
+            handler()
+        except Exception:  # noqa: BLE001 - a report line must never cost the compile
             pass
 
 

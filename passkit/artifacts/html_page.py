@@ -72,6 +72,11 @@ svg text { font: 12px ui-monospace, monospace; }
 """
 
 
+def _count(n: int, word: str) -> str:
+    """``1 node``, ``3 nodes``: a count with its noun in the right number."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def _e(text: Any) -> str:
     return html.escape(str(text))
 
@@ -131,10 +136,10 @@ def split_svg(split: dict[str, Any]) -> str:
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="1180" height="{height}" role="img" aria-label="forward/backward split">']
     box_height = height - top - 20
     parts.append(f'<rect x="10" y="{top}" width="150" height="{box_height}" rx="6" fill="#dbe8ff" stroke="#4a6fb5"/>')
-    parts.append(f'<text x="20" y="{top + 20}">forward</text><text x="20" y="{top + 38}">{split["forward_nodes"]} nodes</text>')
+    parts.append(f'<text x="20" y="{top + 20}">forward</text><text x="20" y="{top + 38}">{_count(split["forward_nodes"], "node")}</text>')
     parts.append(f'<rect x="760" y="{top}" width="200" height="{row * 3}" rx="6" fill="#ffe7cc" stroke="#b5762a"/>')
-    parts.append(f'<text x="770" y="{top + 20}">backward</text><text x="770" y="{top + 38}">{split["backward_nodes"]} nodes</text>')
-    parts.append(f'<text x="250" y="24">saved for the backward: {len(split["saved"])} values, {_e(format_bytes(split["saved_bytes"]))}</text>')
+    parts.append(f'<text x="770" y="{top + 20}">backward</text><text x="770" y="{top + 38}">{_count(split["backward_nodes"], "node")}</text>')
+    parts.append(f'<text x="250" y="24">saved for the backward: {_count(len(split["saved"]), "value")}, {_e(format_bytes(split["saved_bytes"]))}</text>')
     positions = {}
     for i, value in enumerate(saved):
         y = top + row * i + 14
@@ -253,8 +258,9 @@ def render(histories: list[ProgramHistory], verdict: Verdict | None = None) -> s
     for history in histories:
         split = history.split
         split_html = (
-            f"<p>{len(split['saved'])} values saved ({_e(format_bytes(split['saved_bytes']))}); "
-            f"{len(split['recomputed'])} nodes of the backward are computed from saved values only (recomputation).</p>{split_svg(split)}"
+            f"<p>{_count(len(split['saved']), 'value')} saved ({_e(format_bytes(split['saved_bytes']))}); "
+            f"{_count(len(split['recomputed']), 'node')} of the backward {'is' if len(split['recomputed']) == 1 else 'are'} "
+            f"computed from saved values only (recomputation).</p>{split_svg(split)}"
             if split is not None
             else "<p>No forward/backward split: the program was not partitioned.</p>"
         )

@@ -262,7 +262,7 @@ def write_program(program: Program, folder: Path, *, header: str = "") -> str | 
     refers to nothing but Python, torch and passkit.
     """
     graphs_dir = folder / "graphs"
-    graphs_dir.mkdir(parents=True, exist_ok=True)
+    graphs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     for name, gm in program.graphs.items():
         (graphs_dir / f"{name}.py").write_text(f"# passkit program graph: {name}\n# {header}\n{gm.code}", encoding="utf-8")
     (folder / SUMMARY).write_text(json.dumps(_summary(program), indent=2, default=str) + "\n", encoding="utf-8")

@@ -17,6 +17,15 @@ The root (``repro_root``) is ``settings.repro_dir`` when a pipeline sets it; els
 directory, ``<tmp>/passkit-<user>/repro/run_<date>_<time>-pid_<pid>``, as torch keeps its own
 debug output out of the user's working directory. The one-line error names the folder.
 
+``passkit repro`` loads the folder's pickles, so the root and every folder passkit makes under
+it are private (``passkit.core.private_folders``): created with mode 0700, and refused when the
+group or others can write one or another user owns it (on a shared machine, someone else may
+create ``<tmp>/passkit-<user>`` first). A refused root gets one warning line naming the folder
+and the fix, and the reproducers go to a fresh private folder (``tempfile.mkdtemp``) instead.
+
+The stored pipeline writes no report (``report = ""``): replaying it must never overwrite the
+failing run's page, or write anywhere outside the reproducer's folder.
+
 ``passkit.debug.replay`` replays the folder. This module imports nothing above the built-ins
 layer, so the ``repro`` instrument can use it.
 """
@@ -27,6 +36,7 @@ import functools
 import getpass
 import importlib.metadata
 import json
+import logging
 import os
 import platform
 import re
@@ -39,6 +49,7 @@ import torch
 
 from passkit.artifacts.pipeline_file import pipeline_toml
 from passkit.artifacts.program_file import write_program
+from passkit.core.private_folders import MODE, UnsafeFolderError, private_folder
 from passkit.errors import NUMERICS_MARKER, VerificationError
 
 if TYPE_CHECKING:
@@ -46,7 +57,7 @@ if TYPE_CHECKING:
     from passkit.pipeline import Settings
     from passkit.core.program import Program
 
-__all__ = ["MAX_INPUT_BYTES", "MANIFEST", "FORMAT", "REPRO_ENV", "failure_kind", "repro_root", "versions", "write_reproducer"]
+__all__ = ["MAX_INPUT_BYTES", "MANIFEST", "FORMAT", "REPRO_ENV", "WHAT", "failure_kind", "private_root", "repro_root", "versions", "write_reproducer"]
 
 REPRO_ENV = "PASSKIT_REPRO_DIR"
 
@@ -54,6 +65,9 @@ MAX_INPUT_BYTES = 64 * 2**20
 MANIFEST = "manifest.json"
 FORMAT = 1
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+WHAT = "reproducer folder"  # how refusals name the root
+
+log = logging.getLogger("passkit")
 
 
 def failure_kind(exc: BaseException) -> str:
@@ -79,24 +93,50 @@ def repro_root(settings: Settings) -> Path:
     return Path(from_env) if from_env else _process_folder()
 
 
-@functools.cache
-def _process_folder() -> Path:
-    # One folder per process, named like torch's debug folders (run_<time>-pid_<pid>), so the
-    # reproducers of one run sit together and two runs never number into each other's folders.
+def _user_folder() -> Path:
+    """``<tmp>/passkit-<user>``: the shared temp directory's folder for this user's runs."""
     try:
         user = re.sub(r"[^A-Za-z0-9_.-]+", "_", getpass.getuser())
     except Exception:  # noqa: BLE001 - no login name (a container's bare uid): name the uid
         user = str(os.getuid()) if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"passkit-{user}"
+
+
+@functools.cache
+def _process_folder() -> Path:
+    # One folder per process, named like torch's debug folders (run_<time>-pid_<pid>), so the
+    # reproducers of one run sit together and two runs never number into each other's folders.
     run = f"run_{time.strftime('%Y_%m_%d_%H_%M_%S')}-pid_{os.getpid()}"
-    return Path(tempfile.gettempdir()) / f"passkit-{user}" / "repro" / run
+    return _user_folder() / "repro" / run
+
+
+@functools.cache
+def _fresh_folder(refused: Path) -> Path:
+    # One per refused root and process, so one run's reproducers still sit together.
+    return Path(tempfile.mkdtemp(prefix="passkit-repro-"))
+
+
+def private_root(settings: Settings) -> Path:
+    """``repro_root(settings)``, created private (mode 0700); when it is refused (the group or
+    others can write it or a folder passkit made above it, another user owns one), one warning
+    line says why and a fresh private folder stands in for it."""
+    root = repro_root(settings)
+    # The default root is checked from <tmp>/passkit-<user> down: that is the folder another
+    # user of the machine could make first.
+    trusted_from = _user_folder() if root == _process_folder() else root
+    try:
+        return private_folder(root, WHAT, trusted_from=trusted_from)
+    except UnsafeFolderError as exc:
+        fresh = _fresh_folder(root)
+        log.warning("passkit: %s; this run's reproducers go to %s", exc, fresh)
+        return fresh
 
 
 def _unique_folder(root: Path, stem: str) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
     candidate, n = root / stem, 1
     while True:
         try:
-            candidate.mkdir()
+            candidate.mkdir(mode=MODE)
             return candidate
         except FileExistsError:
             n += 1
@@ -143,14 +183,15 @@ def write_reproducer(context: StepContext, before: Program, exc: BaseException, 
     """
     step, pipeline = context.step, context.pipeline
     number = step.position + 1
-    folder = _unique_folder(repro_root(pipeline.settings), f"{number:02d}-{_UNSAFE.sub('_', step.id)}")
+    folder = _unique_folder(private_root(pipeline.settings), f"{number:02d}-{_UNSAFE.sub('_', step.id)}")
     unportable = write_program(before, folder, header=f"before step {number} ({step.id}) of {pipeline.label}")
     reference = context.reference
     values = _input_values(getattr(reference, "real_inputs", None))
     if values is not None:
         torch.save(values, folder / "inputs.pt")
     (folder / "pipeline.toml").write_text(
-        pipeline_toml(pipeline, comment=f"resolved from {pipeline.label} by a passkit reproducer"), encoding="utf-8"
+        pipeline_toml(pipeline, comment=f"resolved from {pipeline.label} by a passkit reproducer", report=""),
+        encoding="utf-8",
     )
     manifest = {
         "format": FORMAT,

@@ -6,6 +6,12 @@ An entry's modification time is its last use: writing an entry sets it, and a hi
 After each write, while the entries together exceed the limit (``PASSKIT_CACHE_MAX_BYTES``,
 default 2 GiB), the least recently used are deleted; the entry just written is kept, even when
 it alone is larger than the limit. A reader racing an eviction finds no entry and compiles.
+
+Entries are pickles, and a hit imports the modules they name, so the folder must be the user's
+own (``passkit.core.private_folders``): passkit creates it with mode 0700, and a folder that the
+group or others can write, or that another user owns, is refused with one warning line naming
+the fix; the compile then goes on without the cache, reading and writing nothing there.
+``passkit cache info`` shows the refusal.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from passkit.core.private_folders import UnsafeFolderError, private_folder, refusal
+
 __all__ = [
     "CACHE_ENV",
     "MAX_BYTES_ENV",
@@ -28,6 +36,8 @@ __all__ = [
     "SUFFIX",
     "TEMP_SUFFIX",
     "cache_dir",
+    "WHAT",
+    "usable_cache_dir",
     "max_bytes",
     "touch",
     "evict",
@@ -43,6 +53,9 @@ DEFAULT_MAX_BYTES = 2 * 1024**3
 log = logging.getLogger("passkit.cache")
 SUFFIX = ".entry"
 TEMP_SUFFIX = ".tmp"
+WHAT = "compile cache folder"  # how refusals name the folder
+
+_warned: set[str] = set()  # the refused folders this process already warned about
 
 
 def cache_dir() -> Path:
@@ -57,6 +70,21 @@ def cache_dir() -> Path:
     else:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "passkit"
+
+
+def usable_cache_dir() -> Path | None:
+    """``cache_dir()``, created with mode 0700 if missing; None when it is refused (the group or
+    others can write it, another user owns it), with one warning line per folder and process."""
+    folder = cache_dir()
+    try:
+        return private_folder(folder, WHAT)
+    except UnsafeFolderError as exc:
+        if str(folder) not in _warned:
+            _warned.add(str(folder))
+            log.warning("passkit: %s", exc)
+        return None
+    except OSError:  # cannot create it (a read-only file system): writing an entry says so
+        return folder
 
 
 def max_bytes() -> int:
@@ -129,6 +157,7 @@ class CacheInfo:
     oldest_used: str | None  # ISO 8601 UTC time of the least recently used entry's last use
     newest_used: str | None
     incomplete: int  # temporary files of writers that have not finished (or died)
+    refused: str | None = None  # why compiles neither read nor write the folder (not private)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -146,7 +175,7 @@ def cache_info(directory: Path | None = None) -> CacheInfo:
     return CacheInfo(
         directory=str(folder), entries=len(entries), bytes=sum(size for _, size, _ in entries), max_bytes=max_bytes(),
         oldest_used=_iso(entries[0][0]) if entries else None, newest_used=_iso(entries[-1][0]) if entries else None,
-        incomplete=len(temps),
+        incomplete=len(temps), refused=refusal(folder, WHAT),
     )
 
 

@@ -56,6 +56,8 @@ Compiled callables are stored as follows (the hook point for code generators):
   ``None`` opts out for that program, and so does a callable with neither form: the program
   then compiles every time (``cache_info`` still works).
 
+The folder must be private to the user (``passkit.cache.folder.usable_cache_dir``): a refused
+folder means no cache for the compile, neither read nor written.
 Entries are only read when the run does not watch its steps (``verify`` and ``dump`` off), since
 a hit runs no step; they are written whenever ``cache = "on"``.
 """
@@ -88,6 +90,7 @@ from passkit.cache.folder import (
     cache_info,
     clear_cache,
     evict,
+    usable_cache_dir,
     remove_stale_temps,
     touch,
 )
@@ -156,7 +159,7 @@ def _decode(blob: bytes) -> bytes:
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem[:16]}.", suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -248,15 +251,19 @@ class CompileCache:
 
     @classmethod
     def for_compile(cls, pipeline: Pipeline, program: Program, *, plugins: Iterable[str] = ()) -> CompileCache | None:
-        """The cache for compiling ``program`` with ``pipeline``, or None with ``cache = "off"``."""
+        """The cache for compiling ``program`` with ``pipeline``; None with ``cache = "off"`` or
+        when the folder is refused (not private to the user: one warning line says why)."""
         if not cache_enabled(pipeline):
+            return None
+        directory = usable_cache_dir()
+        if directory is None:
             return None
         try:
             key = cache_key(pipeline, program, plugins=plugins)
         except Exception as exc:  # noqa: BLE001 - a program we cannot key compiles uncached
             log.info("passkit: not caching: cannot compute the key (%s)", type(exc).__name__)
             return None
-        return cls(cache_dir(), key, _readable(pipeline))
+        return cls(directory, key, _readable(pipeline))
 
     @property
     def path(self) -> Path:

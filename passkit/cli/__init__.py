@@ -18,8 +18,14 @@ from typing import Any
 
 import click
 
-from passkit.cli import bisect, cache, explain, export, passes, patterns, pipelines, repro, run, terminal, validate
-from passkit.errors import EXIT_INTERNAL, PasskitError
+from passkit.cli.shadowing import use_installed_package
+
+# Before anything else of passkit: a passkit/ folder in the working directory must not stand in
+# for the installed package.
+use_installed_package()
+
+from passkit.cli import bisect, cache, explain, export, passes, patterns, pipelines, repro, run, terminal, validate  # noqa: E402
+from passkit.errors import EXIT_INTERNAL, PasskitError  # noqa: E402
 
 __all__ = ["main", "PasskitGroup", "EXIT_USAGE"]
 

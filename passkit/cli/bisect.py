@@ -83,7 +83,8 @@ def command(
     confirmed = None
     path = None
     if found is not None:
-        path = write_minimal(pipeline, found, Path(out or f"{pipeline.name}-minimal.toml"))
+        path = write_minimal(pipeline, found, Path(out or f"{pipeline.name}-minimal.toml"),
+                             model=None if repro is not None else spec, plugins=plugins)
         graph = graphs[len(results) - 1]
         confirmed = confirm(
             path, graph.program, graph.reference, pm=pm, registry=registry, expected=found.outcome.kind, bisection=found

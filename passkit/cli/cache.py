@@ -30,6 +30,8 @@ def info(as_json: bool) -> None:
         terminal.write_json(found.to_json())
         return
     terminal.out(f"directory: {found.directory}")
+    if found.refused:
+        terminal.out(f"refused: {found.refused}; compiles neither read nor write it")
     terminal.out(f"entries: {found.entries} ({format_bytes(found.bytes)})")
     terminal.out(f"size limit: {format_bytes(found.max_bytes)} ({MAX_BYTES_ENV}; least recently used entries are evicted past it)")
     if found.oldest_used and found.newest_used:

@@ -10,6 +10,10 @@ On a terminal a ``rich`` live status line shows what is running, its elapsed tim
 and on stderr a plain line per progress event (Dynamo tracing a frame, a graph compiling or
 recompiling, a step started or still running after a second), with no control codes. Several
 graphs (graph breaks) each get a title, a header and a summary line.
+
+On a terminal where stderr is the same terminal, whatever is written to stderr while the status
+line shows (a warning, a log line) goes through the same console, above the status line, as a
+whole line between two rows: it never lands inside a row or under the moving status line.
 """
 
 from __future__ import annotations
@@ -56,12 +60,16 @@ class LiveTable:
     """
 
     def __init__(
-        self, *, err: bool = False, interactive: bool | None = None, model: str = "", console: Console | None = None
+        self, *, err: bool = False, interactive: bool | None = None, model: str = "", console: Console | None = None,
+        stderr_through_console: bool | None = None,
     ) -> None:
         self.err = err
         self.model = model
         stream: TextIO = click.get_text_stream("stderr" if err else "stdout")
         self.interactive = stream.isatty() if interactive is None else interactive
+        if stderr_through_console is None:  # the table on stdout, and stderr the same terminal
+            stderr_through_console = self.interactive and not err and click.get_text_stream("stderr").isatty()
+        self.stderr_through_console = stderr_through_console
         self.console = console or (Console(file=stream, force_terminal=True, highlight=False) if self.interactive else None)
         self.live: Live | None = None
         self.running: _RunningLine | None = None
@@ -158,7 +166,7 @@ class LiveTable:
         self.running = _RunningLine(label)
         if self.live is None:
             self.live = Live(self.running, console=self.console, transient=True, refresh_per_second=4,
-                             redirect_stdout=False, redirect_stderr=False)
+                             redirect_stdout=False, redirect_stderr=self.stderr_through_console)
             self.live.start()
         else:
             self.live.update(self.running, refresh=True)

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from passkit.cli import terminal
+from passkit.cli.plugin_option import plugin_option, register_plugins
 from passkit.errors import EXIT_USAGE
 
 __all__ = ["command", "validate_file"]
@@ -14,10 +15,12 @@ __all__ = ["command", "validate_file"]
 
 @click.command("validate")
 @click.argument("files", nargs=-1, required=True)
+@plugin_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per file.")
 @click.pass_context
-def command(ctx: click.Context, files: tuple[str, ...], as_json: bool) -> None:
+def command(ctx: click.Context, files: tuple[str, ...], plugins: tuple[str, ...], as_json: bool) -> None:
     """Check pipeline FILEs (paths or pipeline names); exit 2 if any is invalid."""
+    register_plugins(plugins)
     results = [validate_file(name) for name in files]
     if as_json:
         terminal.write_json(results)

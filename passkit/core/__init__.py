@@ -8,7 +8,9 @@
 - ``registry``: name -> pass, fact, decomposition table, pipeline file, settings key;
 - ``runner``: the step loop;
 - ``report``: what a run records for each step; ``progress``: progress events and heartbeats;
-- ``failed_node``: where in a graph a step failed.
+- ``failed_node``: where in a graph a step failed;
+- ``private_folders``: the folders passkit reads pickles from (cache, reproducers) are the
+  user's own: made 0700, refused when others can write them.
 
 May import: ``passkit.pipeline`` (the registry validates settings with its models; pipeline
 files use the fact rules, so the two packages share a layer), ``passkit._torch`` and

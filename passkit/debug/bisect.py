@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from passkit.debug.bisect_patterns import bisect_applications, narrowed
 from passkit.artifacts.pipeline_file import pipeline_toml
@@ -229,10 +229,14 @@ def _ranges(numbers: list[int]) -> str:
     return ", ".join(parts)
 
 
-def write_minimal(pipeline: Pipeline, bisection: Bisection, path: Path) -> Path:
+def write_minimal(
+    pipeline: Pipeline, bisection: Bisection, path: Path, *, model: str | None = None, plugins: Sequence[str] = ()
+) -> Path:
     """Write the minimal pipeline: the steps that still show the failure, with ``verify =
     "numerics"`` so that running it names the bad step, also when the step itself does not raise
-    but leaves a program that changes numerics or fails to run."""
+    but leaves a program that changes numerics or fails to run. Its comment gives the command
+    that runs it: ``model`` (else ``--model ...``) and the ``--plugin`` modules the bisection
+    was given, without which its passes are unknown."""
     assert bisection.first_bad is not None
     kind = bisection.outcome.kind
     first = bisection.first_bad
@@ -241,7 +245,8 @@ def write_minimal(pipeline: Pipeline, bisection: Bisection, path: Path) -> Path:
         comment += f"First bad application in it: {bisection.pattern_application.describe()}.\n"
     if bisection.start:
         comment += f"Its first {_already_run(bisection)} step(s) had already run on the reproducer's program.\n"
-    comment += f"Run it with `passkit run {path.name} --model ...`; it fails at its last step."
+    options = "".join(f" --plugin {module}" for module in plugins)
+    comment += f"Run it with `passkit run {path.name} --model {model or '...'}{options}`; it fails at its last step."
     text = pipeline_toml(
         pipeline,
         steps=bisection.minimal,

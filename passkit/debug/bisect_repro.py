@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 from passkit.debug.bisect import Bisection, bisect_program
 from passkit.debug.bisect_model import Captured
-from passkit.debug.replay import read_manifest, real_inputs
+from passkit.debug.replay import read_manifest, real_inputs, reproducer_pipeline
 from passkit.artifacts.snapshot import snapshot_program
 from passkit.errors import PasskitError, PipelineError
 
@@ -32,13 +32,12 @@ def load_reproducer(folder: Path, *, registry: Registry) -> tuple[Pipeline, Capt
     of its failing step; a one-line ``PasskitError`` when ``folder`` is not a usable reproducer."""
     from passkit.artifacts.program_file import read_program
     from passkit.verify.evaluate import Reference
-    from passkit.pipeline import load_pipeline
 
     if not folder.is_dir():
         raise PasskitError(f"{folder}: not a passkit reproducer (no such folder)")
     manifest = read_manifest(folder)
     step = manifest.get("step", {})
-    pipeline = load_pipeline(folder / "pipeline.toml", registry=registry)
+    pipeline = reproducer_pipeline(folder, manifest, registry)
     position = step.get("position")
     if not isinstance(position, int) or position >= len(pipeline.steps) or pipeline.steps[position].id != step.get("id"):
         raise PipelineError(f"{folder / 'pipeline.toml'}: has no step {step.get('id')!r} at position {position}")

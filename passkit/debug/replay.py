@@ -5,6 +5,11 @@ the step and the resolved pipeline, and runs the one step with the pipeline's ``
 setting; numerics are compared with the program as it was before the step, on the saved inputs
 (or seeded values of the recorded shapes). It reproduces when the step fails the same way
 (``crash``, ``fact`` or ``numerics``) as recorded. Version differences are reported, not fatal.
+
+The program is a pickle, so a folder (or pickle) that the group or others can write, or that
+another user owns, is refused in one line before anything is loaded
+(``passkit.core.private_folders``). The replay writes nothing outside the folder: no report, no
+dumps, no reproducer of its own.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from passkit.artifacts.program_file import TensorMeta, read_program
-from passkit.artifacts.reproducer import FORMAT, MANIFEST, failure_kind, versions
+from passkit.artifacts.program_file import RECORD, TensorMeta, read_program
+from passkit.artifacts.reproducer import FORMAT, MANIFEST, WHAT, failure_kind, versions
+from passkit.core.private_folders import refusal
 from passkit.errors import PasskitError, PassError, PipelineError, VerificationError
 
 if TYPE_CHECKING:
@@ -26,8 +32,9 @@ if TYPE_CHECKING:
 
     from passkit.core.program import Program
     from passkit.core.registry import Registry
+    from passkit.pipeline import Pipeline
 
-__all__ = ["Replay", "read_manifest", "real_inputs", "replay"]
+__all__ = ["Replay", "read_manifest", "reproducer_pipeline", "real_inputs", "replay"]
 
 
 @dataclass
@@ -52,7 +59,12 @@ class Replay:
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
-    """The reproducer's manifest; a one-line error when ``folder`` is not a reproducer."""
+    """The reproducer's manifest; a one-line error when ``folder`` is not a reproducer, or is not
+    private to the user."""
+    for found in (folder, folder / RECORD):
+        reason = refusal(found, WHAT if found == folder else "reproducer file")
+        if reason is not None:
+            raise PasskitError(reason)
     path = folder / MANIFEST
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
@@ -65,6 +77,26 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if not manifest.get("replayable"):
         raise PasskitError(f"{folder}: cannot replay: {manifest.get('not_replayable_because')}")
     return manifest
+
+
+def reproducer_pipeline(folder: Path, manifest: dict[str, Any], registry: Registry) -> Pipeline:
+    """The reproducer's ``pipeline.toml``, loaded with ``registry``. When the failing step's pass
+    is not registered, the one-line error names the module the reproducer recorded it from and
+    the ``--plugin`` option that registers it."""
+    from passkit.pipeline import load_pipeline
+
+    step = manifest.get("step", {})
+    name, module = step.get("pass"), step.get("module")
+    if name and name not in registry.passes:
+        where = f" from module {module!r}" + (f" ({step['distribution']})" if step.get("distribution") else "") if module else ""
+        fix = f"install its plugin, or name the module with --plugin {module}" if module else "install its plugin, or name it with --plugin MODULE"
+        raise PipelineError(f"{folder}: the failing step's pass {name!r} is not registered; the reproducer recorded it{where}: {fix}")
+    try:
+        return load_pipeline(folder / "pipeline.toml", registry=registry)
+    except PipelineError as exc:
+        if "unknown pass" not in str(exc):
+            raise
+        raise PipelineError(f"{exc}; a plugin that is not installed can be named with --plugin MODULE") from None
 
 
 def _version_notes(recorded: dict[str, Any]) -> list[str]:
@@ -93,12 +125,11 @@ def replay(folder: Path, *, pm: pluggy.PluginManager, registry: Registry) -> Rep
     """Run the reproducer's failing step again on its saved program."""
     from passkit.verify.compare import tolerance_for
     from passkit.verify.evaluate import Reference
-    from passkit.pipeline import load_pipeline
     from passkit.core.runner import run_pipeline
 
     manifest = read_manifest(folder)
     recorded = manifest["step"]
-    pipeline = load_pipeline(folder / "pipeline.toml", registry=registry)
+    pipeline = reproducer_pipeline(folder, manifest, registry)
     position = recorded["position"]
     if position >= len(pipeline.steps) or pipeline.steps[position].id != recorded["id"]:
         raise PipelineError(f"{folder / 'pipeline.toml'}: has no step {recorded['id']!r} at position {position}")
@@ -109,7 +140,8 @@ def replay(folder: Path, *, pm: pluggy.PluginManager, registry: Registry) -> Rep
     program = read_program(folder, registry)
     verify = manifest["verify"]
     reference = Reference(program, real_inputs(folder, program)) if verify == "numerics" else None
-    one_step = dataclasses.replace(pipeline, steps=(step,)).with_settings(dump="off", repro_dir="")
+    # Settings that write files are the failing run's: replaying must not overwrite its report.
+    one_step = dataclasses.replace(pipeline, steps=(step,)).with_settings(dump="off", repro_dir="", report="")
     kind, message = None, ""
     try:
         run_pipeline(one_step, program, pm=pm, registry=registry, reference=reference)

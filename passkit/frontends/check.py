@@ -81,6 +81,8 @@ def load_factory(spec: str) -> Callable[[], Any]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise PasskitError(f"--model {spec}: cannot import '{module_name}': {exc}") from exc
+    except Exception as exc:  # the user's module raised as it ran: their code, so bad input
+        raise PasskitError(f"--model {spec}: importing '{module_name}' raised {_one_line(exc)}") from exc
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise PasskitError(f"--model {spec}: '{module_name}' has no callable '{attr}'")
@@ -88,12 +90,22 @@ def load_factory(spec: str) -> Callable[[], Any]:
 
 
 def build_model(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
-    """Call the ``--model`` factory; it must return ``(module, example_inputs)``."""
-    made = load_factory(spec)()
+    """Call the ``--model`` factory; it must return ``(module, example_inputs)``. The factory is
+    the user's code: an exception from it is bad input (one line naming it), not passkit's bug."""
+    factory = load_factory(spec)
+    try:
+        made = factory()
+    except Exception as exc:
+        raise PasskitError(f"--model {spec}: the factory raised {_one_line(exc)}") from exc
     if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module)):
         raise PasskitError(f"--model {spec}: the factory must return (module, example_inputs)")
     module, inputs = made
     return module, tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def _loss(out: Any) -> torch.Tensor:
@@ -118,19 +130,20 @@ def run_check(
     """Compile ``model`` (default: the shipped transformer block) with ``pipeline``; one step vs eager.
 
     ``rtol``/``atol`` override the pipeline's settings. A ``progress`` object with a ``begin``
-    method gets the resolved pipeline before anything is compiled.
+    method gets the resolved pipeline once the model is built, before anything is compiled.
     """
     import passkit
     from passkit.frontends.api import load_pipeline
 
     spec = model or DEFAULT_MODEL
     resolved = load_pipeline(pipeline).with_settings(rtol=rtol, atol=atol)
+    # The model first: a bad --model is one line on its own, not under the table's header.
+    eager_model, inputs = build_model(spec)
     begin = getattr(progress, "begin", None)
     if callable(begin):
         begin(resolved)
     if dump_dir is not None:
         resolved = resolved.with_settings(dump_dir=dump_dir, dump="all" if resolved.settings.dump == "off" else resolved.settings.dump)
-    eager_model, inputs = build_model(spec)
     compiled_model = copy.deepcopy(eager_model)
     training = resolved.can_train and any(p.requires_grad for p in eager_model.parameters())
     compiled = passkit.compile(compiled_model, pipeline=resolved, progress=progress)

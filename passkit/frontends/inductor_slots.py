@@ -10,7 +10,10 @@ changes nothing.
 Each time Inductor calls a slot, its steps run through the ordinary step loop
 (``passkit.core.runner``) on a ``Program`` made of the graph it hands over, with the slot's facts:
 report rows (``passkit.reports()``), ``verify = "facts"``, dumps, should-run/should-apply
-plugins and bisection work as in any pipeline. A slot's ``uuid()`` (its key in Inductor's FX
+plugins and bisection work as in any pipeline. When Inductor's FX graph cache or AOT Autograd's
+cache answers a compile, a slot's steps do not run: each such slot gets one INFO line and a
+report of skipped steps marked ``cache = "inductor"`` in ``passkit.reports()``, so the reports
+never go silently empty. A slot's ``uuid()`` (its key in Inductor's FX
 graph cache) hashes what passkit's own compile cache keys on: the steps' fingerprints and
 options (``Pipeline.fingerprint``), their cache contexts, the registered plugins and their
 versions, the sources of the pattern sets the steps name, and passkit's own source digest.
@@ -19,6 +22,7 @@ versions, the sources of the pattern sets the steps name, and passkit's own sour
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -29,12 +33,12 @@ from passkit.frontends.compile_options import record_report
 from passkit.errors import PassError
 from passkit.core.facts import Fact
 from passkit.core.program import Desc, GraphIO, InputInfo, OutputInfo, Program, Signature, TargetOpset
+from passkit.core.report import Report, StepRecord
 
 if TYPE_CHECKING:
     import torch
 
     from passkit.pipeline import Pipeline, Step
-    from passkit.core.report import Report
 
 __all__ = ["inductor_options", "MountedFile", "mount"]
 
@@ -76,12 +80,18 @@ class MountedFile:
         self.registry = _slot_registry(registry)
         self.reports: list[Report] = []
         self.slots: dict[str, Any] = {}
-        for name, steps in slot_steps(pipeline).items():
+        self._steps = slot_steps(pipeline)
+        # This compile's slots: keyed (their uuid entered a cache key), and run.
+        self._keyed: dict[str, str] = {}
+        self._ran: set[str] = set()
+        self._hits_before = 0
+        for name, steps in self._steps.items():
             uuid = slot_uuid(pipeline, name, steps, pm)
+            keyed = functools.partial(self._slot_keyed, name)
             if name == "partition":
-                self.slots[SLOTS[name].config_key] = _torch.MountedPartitioner(self._partitioner(steps), uuid)
+                self.slots[SLOTS[name].config_key] = _torch.MountedPartitioner(self._partitioner(steps), uuid, keyed)
             else:
-                self.slots[SLOTS[name].config_key] = _torch.MountedPass(name, self._graph_pass(name, steps), uuid)
+                self.slots[SLOTS[name].config_key] = _torch.MountedPass(name, self._graph_pass(name, steps), uuid, keyed)
 
     def options(self) -> dict[str, Any]:
         """The Inductor config entries: one per slot with steps."""
@@ -120,8 +130,36 @@ class MountedFile:
 
         return choose
 
+    def _slot_keyed(self, slot: str) -> None:
+        if not self._keyed and not self._ran:
+            self._hits_before = _torch.inductor_cache_hits()
+        self._keyed[slot] = self._keyed.get(slot) or _torch.current_compile_id() or ""
+        _torch.on_dynamo_compile_end(self._compile_ended)
+
+    def _compile_ended(self) -> None:
+        """After a compile that keyed the slots: each slot Inductor's or AOT Autograd's cache
+        answered (its steps did not run here) gets one line and a report that says so."""
+        keyed, ran = self._keyed, self._ran
+        self._keyed, self._ran = {}, set()
+        if _torch.inductor_cache_hits() <= self._hits_before:
+            return  # not a hit: a slot that did not run had no graph to see (a partitioner at inference)
+        for slot, compile_id in keyed.items():
+            if slot in ran:
+                continue
+            graph = f"slot {slot}, Inductor cache hit" + (f" (compile {compile_id})" if compile_id else "")
+            reason = "Inductor's cache answered the compile: the steps ran in the process that compiled the entry"
+            records = [StepRecord(step.position, step.id, step.pass_name, status="skipped", reason=reason)
+                       for step in self._steps[slot]]
+            report = Report(self.pipeline.label, records, graph=graph, cache="inductor")
+            self.reports.append(report)
+            record_report(report)
+            log.info("passkit: %s: Inductor's cache answered it; the slot's steps did not run in this process "
+                     "(their report is the compiling process's)", graph)
+
     def _run(self, slot: str, steps: tuple[Step, ...], program: Program, graph: str) -> None:
         from passkit.core.runner import run_pipeline
+
+        self._ran.add(slot)
 
         part = dataclasses.replace(self.pipeline, steps=steps)
         report = run_pipeline(part, program, pm=self.pm, registry=self.registry)

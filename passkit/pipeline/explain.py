@@ -136,7 +136,10 @@ def explain_text(pipeline: Pipeline) -> str:
         if step.when:
             flags.append(f"when = {step.when}")
         if step.slot is not None:
-            flags.append(f"slot {step.slot}, set by {step.origin.get('slot', DEFAULT_ORIGIN)}")
+            # The set-by column names the step's file; the slot names its own only when another set it.
+            slot_origin = step.origin.get("slot", DEFAULT_ORIGIN)
+            same = slot_origin == step.origin.get("pass", DEFAULT_ORIGIN)
+            flags.append(f"slot {step.slot}" if same else f"slot {step.slot}, set by {slot_origin}")
         title = f"{step.id} (pass {step.pass_name})" if step.id != step.pass_name else step.id
         if flags:
             title += f" [{', '.join(flags)}]"

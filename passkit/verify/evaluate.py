@@ -14,7 +14,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from passkit._torch import concrete, higher_order_ops_on_real_tensors, subgraph_grads_by_running
+from passkit._torch import concrete, dynamo_input_names, higher_order_ops_on_real_tensors, subgraph_grads_by_running
 from passkit.autodiff.plain import JointPlan, make_joint_fn
 from passkit.verify.compare import DEFAULT_TOLERANCE, compare_values
 from passkit.autodiff.subclasses import SubclassJoint
@@ -228,12 +228,34 @@ def _source_graph(program: Program, label: str) -> str:
     return next(iter(program.graphs))
 
 
+def grad_names(program: Program) -> list[str] | None:
+    """The name of each gradient as the user's code names what it is the gradient of
+    (``norm2.weight``, ``x``), as ``passkit run`` names them; None where the captured graph does
+    not say (a program read back from a file: gradients are then numbered)."""
+    main = program.graphs.get("main")
+    if main is None:
+        return None
+    try:
+        names = dynamo_input_names(main)
+    except Exception:  # noqa: BLE001 - a name is a nicety: numbering stays correct
+        return None
+    inputs = program.signature.inputs
+    if len(names) != len(inputs) or not any("grapharg" in n.meta for n in main.graph.nodes if n.op == "placeholder"):
+        return None
+    # A parameter's name starts with the local that holds its module (self; fn under the wrapper
+    # torch puts around nn.Sequential): run names it as named_parameters() does, without it.
+    return [name.split(".", 1)[1] if state and "." in name else name
+            for (name, state), info in zip(names, inputs) if info.requires_grad]
+
+
 class Reference:
     """What the captured program computes on the real example inputs."""
 
     def __init__(self, program: Program, real_inputs: Sequence[Any]) -> None:
         self.real_inputs = [x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) and x.is_leaf else x for x in real_inputs]
         self.expected = observe(program, self.real_inputs)
+        # Named while the graph still holds Dynamo's record of each input's source.
+        self.grad_names = grad_names(program)
 
     def compare(self, program: Program, tolerance: tuple[float, float] = DEFAULT_TOLERANCE) -> str | None:
         """None when the program's current graphs agree with capture within ``tolerance``
@@ -244,7 +266,10 @@ class Reference:
             ("input", self.expected.inputs, actual.inputs),
             ("grad", self.expected.grads, actual.grads),
         ):
-            comparison = compare_values(expected, got, label, tolerance)
+            names = self.grad_names if label == "grad" and self.grad_names is not None else None
+            if names is not None and len(names) != len(expected):
+                names = None
+            comparison = compare_values(expected, got, label, tolerance, names=names)
             if not comparison.ok:
                 first = comparison.mismatches[0]
                 return f"{first.why} in {first.where} of graph {_source_graph(program, label)} ({first.tolerance})"

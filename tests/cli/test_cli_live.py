@@ -135,3 +135,26 @@ def test_piped_progress_events_are_plain_lines_on_stderr_and_leave_the_table_alo
         "[1/2]  functionalize   functionalize   yes          1.0 ms  3\u21924",
         "[2/2]  codegen.python  codegen.python  no           2.0 ms  4\u21924",
     ]
+
+
+def test_on_a_terminal_stderr_lines_print_above_the_status_line_between_rows(capsys) -> None:
+    import sys
+
+    buffer = io.StringIO()
+    live = LiveTable(interactive=True, console=Console(file=buffer, force_terminal=True, width=120),
+                     stderr_through_console=True)
+    live.begin(PLAN)
+    live.event(ProgressEvent(kind="compiling", text=COMPILING, graph="graph 1"))
+    live(RECORDS[0])
+    sys.stderr.write("a line a library wrote on stderr\n")  # while the status line shows step 2
+    print("model.py:7: UserWarning: careful", file=sys.stderr)  # as warnings.showwarning writes
+    live(RECORDS[1])
+    live.finished(Report("p", list(RECORDS), seconds=0.004))
+    screen = _screen(buffer.getvalue())
+    assert screen[4:8] == [
+        "[1/2]  functionalize   functionalize   yes          1.0 ms  3\u21924",
+        "a line a library wrote on stderr",
+        "model.py:7: UserWarning: careful",
+        "[2/2]  codegen.python  codegen.python  no           2.0 ms  4\u21924",
+    ]
+    assert capsys.readouterr().err == ""  # nothing reached the terminal around the console

@@ -91,12 +91,13 @@ def test_a_change_only_gradients_show_is_rejected_by_run_verify_and_bisect_alike
 
     verified = cli.invoke(main, ["run", _pipeline(planted, "vtight", _pass("planted.gelu_tanh"), verify=True), *grads_model])
     assert verified.exit_code == 1, verified.output
-    assert " changed numerics: max |diff| 0.00142 in grad[0] of graph main (rtol 0.001, atol 0.0001) " in verified.stderr
+    # verify and bisect name the gradient as run does: by its parameter.
+    assert " changed numerics: max |diff| 0.00142 in grad[0.weight] of graph main (rtol 0.001, atol 0.0001) " in verified.stderr
 
     bisected = cli.invoke(main, ["bisect", "tight.toml", *grads_model])
     assert bisected.exit_code == 1, bisected.output
     assert bisected.stdout.splitlines()[1] == (
-        f"  graph 1, training: numerics: changed numerics: max |diff| 0.00142 in grad[0] of graph main {TIGHT}"
+        f"  graph 1, training: numerics: changed numerics: max |diff| 0.00142 in grad[0.weight] of graph main {TIGHT}"
     )
 
 

@@ -155,7 +155,9 @@ def test_replaying_without_the_pass_installed_is_a_one_line_error(planted, cli) 
         result = cli.invoke(main, ["repro", "passkit-repro/04-planted.scale_add"])
     finally:
         get_plugin_manager().register(planted_bugs, name="planted_bugs")
+    # The manifest records the pass's module: the error names it and the option that registers it.
     assert (result.exit_code, result.stderr) == (
-        2, "passkit-repro/04-planted.scale_add/pipeline.toml: steps[3]: unknown pass 'planted.scale_add'; "
-        "'passkit passes' lists the registered passes\n"
+        2, "passkit-repro/04-planted.scale_add: the failing step's pass 'planted.scale_add' is not registered; "
+        "the reproducer recorded it from module 'planted_bugs': install its plugin, or name the module with "
+        "--plugin planted_bugs\n"
     )

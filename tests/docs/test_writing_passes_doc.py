@@ -272,3 +272,39 @@ def test_doc_tests_pass_with_the_pytest_plugin(project: Path, pytester: pytest.P
     recorder = pytester.inline_run("-p", "no:cacheprovider", "tests")
 
     recorder.assertoutcome(passed=int(summary.group(1)))
+
+
+def _block(lang: str, containing: str) -> Block:
+    (found,) = [block for block in doc_blocks() if block.lang == lang and containing in block.text]
+    return found
+
+
+NUMBER = r"\d\.\de[-+]\d\d"
+
+
+def test_the_tanh_gelu_example_is_ok_in_run_and_bisect_on_the_shipped_model(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, register_passkit_plugin: Any
+) -> None:
+    namespace: dict[str, Any] = {"__name__": "writing_passes_tanh_gelu"}
+    exec(compile(_block("python", '"acme.tanh_gelu"').text, f"{DOC.name} tanh_gelu", "exec"), namespace)
+
+    class TanhPlugin:
+        @passkit.hookimpl
+        def passkit_register_passes(self) -> list[Any]:
+            return [namespace["tanh_gelu"]]
+
+    register_passkit_plugin(TanhPlugin(), name="acme_tanh")
+    monkeypatch.chdir(tmp_path)
+    Path("tanh.toml").write_text(_block("toml", 'pass = "acme.tanh_gelu"').text)
+    shown = _block("text", "ok: tanh.toml on").text.strip()
+
+    result = CliRunner().invoke(main, ["run", "tanh.toml"])
+    assert result.exit_code == 0, result.output
+    verdict = result.stdout.splitlines()[-1]
+    assert re.fullmatch(re.escape(shown).replace(re.escape("1.6e-04"), NUMBER).replace(re.escape("3.3e-03"), NUMBER), verdict), verdict
+    # The doc's reason for its atol: the gradients move by more than 1e-3, and less than 5e-3.
+    grads = float(re.search(rf"grads max \|diff\| ({NUMBER})", verdict).group(1))
+    assert 1e-3 < grads < 5e-3
+    bisected = CliRunner().invoke(main, ["bisect", "tanh.toml"])
+    assert bisected.exit_code == 0, bisected.output
+    assert bisected.stdout.startswith("every step is good: tanh.toml"), bisected.stdout
