@@ -34,7 +34,7 @@ def test_patterns_lists_the_plugin_set_with_its_distribution() -> None:
     assert entry["plugin"] == "plugin 'example' (passkit-example 0.1.0)"
     assert entry["description"] == "exact GELU -> tanh-approximated GELU"
     assert [p["name"] for p in entry["patterns"]] == ["example:gelu_tanh:gelu_tanh"]
-    assert entry["tolerance"] == {"rtol": 1e-3, "atol": 1e-3}  # what the tanh form moves results by
+    assert entry["tolerance"] == {"rtol": 1e-3, "atol": 5e-3}  # what the tanh form moves results and gradients by
 
 
 def test_pipelines_lists_the_plugin_pipeline() -> None:

@@ -22,8 +22,10 @@ from passkit.patterns import PatternSet, Where, from_trace
 __all__ = ["gelu_tanh_set"]
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
-# (rtol, atol): the tanh form is within about 5e-4 of the exact GELU; what follows may scale it.
-TOLERANCE = (1e-3, 1e-3)
+# (rtol, atol): the tanh form is within about 5e-4 of the exact GELU and its derivative within
+# 8.7e-4 of the exact one; a weight's gradient sums that over the batch, and on the shipped block
+# the gradients move by up to 3.3e-3, so the atol leaves room above that (docs/writing-passes.md).
+TOLERANCE = (1e-3, 5e-3)
 
 
 def exact_gelu(x: torch.Tensor) -> torch.Tensor:
