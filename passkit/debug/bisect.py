@@ -180,8 +180,22 @@ def bisect_program(
                 prefix[-1] = narrower
                 break
     before = [pipeline.steps[p] for p in sorted(already)]
-    result.minimal = before + _with_tail(pipeline, prefix, [pipeline.steps[p] for p in applicable[bad:]], registry, before)
+    tail = [pipeline.steps[p] for p in applicable[bad:]]
+    minimal = _with_tail(pipeline, prefix, tail, registry, before)
+    # A step left out before the bad one can be what a step after it needs for the file to load
+    # (functionalize before a decompose that never runs): give such steps back, earliest first.
+    for position in sorted(left_out):
+        if _valid(pipeline, before + minimal, registry):
+            break
+        prefix = _restored(pipeline, prefix, pipeline.steps[position])
+        minimal = _with_tail(pipeline, prefix, tail, registry, before)
+    result.minimal = before + minimal
     return result
+
+
+def _restored(pipeline: Pipeline, prefix: list[Step], step: Step) -> list[Step]:
+    """``prefix`` with ``step`` back in its place in the pipeline's order."""
+    return sorted([*prefix, step], key=lambda s: s.position)
 
 
 def _valid(pipeline: Pipeline, steps: list[Step], registry: Registry) -> bool:

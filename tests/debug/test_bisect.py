@@ -105,3 +105,12 @@ def test_bisect_names_the_first_bad_step_of_an_export_pipeline(planted) -> None:
     assert [s.id for s in result.minimal] == ["functionalize", "planted.scale_add"]
     minimal = passkit.load_pipeline(str(write_minimal(pipeline, result, planted / "minimal.toml")))
     assert (minimal.kind, [s.id for s in minimal.steps]) == ("export", ["functionalize", "planted.scale_add"])
+
+
+def test_a_minimal_pipeline_keeps_the_steps_its_later_steps_need_to_load(planted) -> None:
+    """The crash shows without functionalize, but the decompose after it needs that step's fact."""
+    pipeline = _pipeline(planted, "planted.explode", after="functionalize", base="inference-python")
+    results, _ = bisect_model(pipeline, "planted_bugs:tiny", pm=get_plugin_manager(), registry=get_registry())
+    assert results[-1].outcome.kind == "crash"
+    minimal = passkit.load_pipeline(str(write_minimal(pipeline, results[-1], planted / "minimal.toml")))
+    assert [s.id for s in minimal.steps] == ["functionalize", "planted.explode", "codegen.python"]
