@@ -163,7 +163,7 @@ def test_a_folder_named_like_an_installed_plugin_does_not_shadow_it(workdir: Pat
     shipped = re.escape(str(plugin.PIPELINES_DIR / "training-gelu-tanh.toml"))
     assert re.fullmatch(
         rf"ok: {shipped} on tiny_models:tiny \(training\) vs eager: outputs max \|diff\| \d\.\de-\d\d, "
-        r"grads max \|diff\| \d\.\de-\d\d \(rtol 0\.001, atol 0\.001\)",
+        r"grads max \|diff\| \d\.\de-\d\d \(rtol 0\.001, atol 0\.005\)",
         result.stdout.splitlines()[-1],
     ), result.stdout.splitlines()[-1]
     assert sys.path[-1] == str(workdir)  # the model came from here, looked up after the installed packages
