@@ -17,7 +17,7 @@ from passkit import _torch
 from passkit.errors import PasskitError
 from passkit.core.program import Desc, GraphIO, InputInfo, OutputInfo, Program, Signature
 from passkit.runtime.subclasses import FlatGraph, flatten_subclasses, record_subclasses
-from passkit.autodiff.traced_autograd import TapeObserver
+from passkit.autodiff.traced_autograd import TapeObserver, refuse_custom_functions_in_graph
 
 __all__ = ["LOST_VALUE_ERROR", "program_from_graph", "program_from_flat_graph", "program_from_function"]
 
@@ -255,6 +255,8 @@ def program_from_graph(
             )
         )
     outputs, training = _analyse_outputs(gm, real_inputs)
+    if training:
+        refuse_custom_functions_in_graph(gm)
     io = GraphIO(
         inputs=[Desc(info.kind, i) for i, info in enumerate(inputs)],
         outputs=[Desc("user", j) for j in range(len(outputs))],
