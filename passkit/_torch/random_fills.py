@@ -15,6 +15,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from passkit._torch.hops import forward_hop
+from passkit._torch.values import is_traced_value
 
 __all__ = ["BERNOULLI_IN_LAYOUT", "KeepRandomFillLayout"]
 
@@ -78,7 +79,7 @@ def _subclass_in(args: Any, kwargs: dict[str, Any]) -> bool:
     would hand the op back to it, without end."""
     return any(
         isinstance(a, torch.Tensor) and type(a).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__
-        and not torch._is_functional_tensor(a) and type(a).__name__ not in ("FakeTensor", "FunctionalTensor")
+        and not is_traced_value(a)
         for a in pytree.tree_leaves((args, kwargs))
     )
 
