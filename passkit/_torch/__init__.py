@@ -18,6 +18,7 @@ owns one side of torch:
 - ``inductor_slots``: the objects a mounted pipeline file puts in Inductor's custom-pass slots;
 - ``inductor_workers``: a graph's kernels compiled while the next graph lowers, bundled on the CPU;
 - ``shape_guards``: a symbolic program's signature and guards (the compile cache's key and hits);
+- ``symbols``: which size symbols a graph input needs and which it binds;
 - ``kernel_bundles``: a graph's C++ kernels built as a few libraries, not one each;
 - ``logs``: structured trace artifacts and Dynamo's compile ids;
 - ``region_values``: each outlined region call's own results, and operands it passes on read directly;
@@ -63,6 +64,8 @@ from passkit._torch.regions import *  # noqa: F403
 from passkit._torch.regions import __all__ as _regions
 from passkit._torch.shape_guards import *  # noqa: F403
 from passkit._torch.shape_guards import __all__ as _shape_guards
+from passkit._torch.symbols import *  # noqa: F403
+from passkit._torch.symbols import __all__ as _symbols
 from passkit._torch.tracing import *  # noqa: F403
 from passkit._torch.tracing import __all__ as _tracing
 from passkit._torch.values import *  # noqa: F403
@@ -71,5 +74,5 @@ from passkit._torch.values import __all__ as _values
 
 __all__ = [
     *_aoti, *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots, *_inductor_workers, *_kernel_bundles, *_logs,
-    *_mutations, *_ops, *_region_calls, *_region_values, *_regions, *_shape_guards, *_tracing, *_values,
+    *_mutations, *_ops, *_region_calls, *_region_values, *_regions, *_shape_guards, *_symbols, *_tracing, *_values,
 ]

@@ -24,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 __all__ = [
     "HigherOrderOperator",
     "asks_for_shape_env",
+    "builds_nested",
     "called_subgraphs",
     "calls_higher_order",
     "call_keeping_whole",
@@ -286,7 +287,27 @@ def asks_for_shape_env(exc: BaseException) -> bool:
     return False
 
 
+# Functions that build a jagged NestedTensor: its ragged size is a nested int, which a fake mode
+# draws from its ShapeEnv ("self.shape_env must not be None" without one).
+_BUILDS_NESTED = (
+    torch.nested.nested_tensor,
+    torch.nested.as_nested_tensor,
+    torch.nested.nested_tensor_from_jagged,
+    torch.nested.narrow,
+)
+
+
+def builds_nested(gm: GraphModule) -> bool:
+    """Whether ``gm`` (at any depth of subgraphs) builds a jagged NestedTensor itself."""
+    return any(
+        node.op == "call_function" and node.target in _BUILDS_NESTED
+        for module in gm.modules()
+        if isinstance(module, GraphModule)
+        for node in module.graph.nodes
+    )
+
+
 def needs_shape_env(gm: GraphModule) -> bool:
     """Whether tracing ``gm`` needs a fake mode with a ShapeEnv, at any depth of subgraphs."""
-    return calls_higher_order(gm, *_NEEDS_SHAPE_ENV)
+    return calls_higher_order(gm, *_NEEDS_SHAPE_ENV) or builds_nested(gm)
 

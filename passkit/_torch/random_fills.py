@@ -11,9 +11,11 @@ from typing import Any
 import torch
 from torch._C import DispatchKey
 from torch._ops import HigherOrderOperator
+from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from passkit._torch.hops import forward_hop
+from passkit._torch.values import is_traced_value
 
 __all__ = ["BERNOULLI_IN_LAYOUT", "KeepRandomFillLayout"]
 
@@ -65,10 +67,21 @@ class KeepRandomFillLayout(TorchDispatchMode):
             if target.layout == torch.strided and not target.is_contiguous():
                 p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
                 return target.copy_(BERNOULLI_IN_LAYOUT(target, p))
-        if _decomposed_by_aten(func):
+        if _decomposed_by_aten(func) and not _subclass_in(args, kwargs):
             with self:  # the ops it decomposes into come back here, as in the graph around
                 return func._op_dk(DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
         return func(*args, **kwargs)
+
+
+def _subclass_in(args: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether a tensor subclass with its own dispatch (a jagged NestedTensor built inside the
+    program) takes part: it has its own rule for the composite op, and ATen's decomposition
+    would hand the op back to it, without end."""
+    return any(
+        isinstance(a, torch.Tensor) and type(a).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__
+        and not is_traced_value(a)
+        for a in pytree.tree_leaves((args, kwargs))
+    )
 
 
 def _decomposed_by_aten(func: Any) -> bool:

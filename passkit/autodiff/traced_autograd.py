@@ -5,17 +5,28 @@ which outputs require grad (``a.view(-1).requires_grad_()`` makes one without an
 whether a custom ``torch.autograd.Function`` ran. Such a Function's backward never reaches the
 graph: ``joint`` would differentiate its forward instead, a silent wrong gradient, so capture
 refuses it with one line (``on_error = "eager"`` then runs the function uncompiled).
+
+Dynamo records such a Function as one ``autograd_function_apply`` node with its forward and
+backward as subgraphs. passkit's forward-only traces (``functionalize``, ``decompose``) run that
+op below autograd, which inlines the forward and drops the backward, so a training program that
+calls one is refused the same way (``refuse_custom_functions_in_graph``): differentiating the
+forward gave a silent wrong gradient (a Function returning its input, whose backward scales).
 """
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any, Sequence
 
 import torch
+from torch.fx import GraphModule
+
+from passkit import _torch
 
 from passkit.errors import PasskitError
 
-__all__ = ["CUSTOM_FUNCTION_ERROR", "TapeObserver"]
+__all__ = ["CUSTOM_FUNCTION_ERROR", "TapeObserver", "refuse_custom_functions_in_graph"]
 
 CUSTOM_FUNCTION_ERROR = (
     "passkit: the program calls the custom torch.autograd.Function '{name}', whose own backward "
@@ -53,5 +64,35 @@ class TapeObserver:
         self.requires_grad = [isinstance(o, torch.Tensor) and o.requires_grad for o in outputs]
         if torch.is_grad_enabled():
             name = _custom_function(outputs)
+            if name is not None:
+                raise PasskitError(CUSTOM_FUNCTION_ERROR.format(name=name))
+
+
+# Dynamo's node for a Function keeps no class, only the stack trace of the ``.apply`` call; its
+# innermost frame says where the call is, so a call inside torch or passkit counts as theirs.
+_APPLY_CALL = re.compile(r"([A-Za-z_][\w.]*)\.apply\(")
+_FRAME_FILE = re.compile(r'File "([^"]+)"')
+_OWN_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch,) if m.__file__) + (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+)
+
+
+def _applied_function(stack_trace: str) -> str | None:
+    """The Function a Dynamo ``autograd_function_apply`` node calls, or ``None`` for one of
+    torch's or passkit's own."""
+    files = _FRAME_FILE.findall(stack_trace)
+    if files and os.path.abspath(files[-1]).startswith(_OWN_DIRS):
+        return None
+    names = _APPLY_CALL.findall(stack_trace)
+    return names[-1] if names else "<unknown>"
+
+
+def refuse_custom_functions_in_graph(gm: GraphModule) -> None:
+    """Refuse a training graph from Dynamo that calls a user's custom autograd.Function."""
+    for graph in _torch.graph_and_subgraphs(gm):
+        for node in graph.graph.nodes:
+            if node.op != "call_function" or getattr(node.target, "__name__", None) != "autograd_function_apply":
+                continue
+            name = _applied_function(str(node.meta.get("stack_trace") or ""))
             if name is not None:
                 raise PasskitError(CUSTOM_FUNCTION_ERROR.format(name=name))

@@ -17,7 +17,7 @@ from passkit import _torch
 from passkit.errors import PasskitError
 from passkit.core.program import Desc, GraphIO, InputInfo, OutputInfo, Program, Signature
 from passkit.runtime.subclasses import FlatGraph, flatten_subclasses, record_subclasses
-from passkit.autodiff.traced_autograd import TapeObserver
+from passkit.autodiff.traced_autograd import TapeObserver, refuse_custom_functions_in_graph
 
 __all__ = ["LOST_VALUE_ERROR", "program_from_graph", "program_from_flat_graph", "program_from_function"]
 
@@ -255,6 +255,9 @@ def program_from_graph(
             )
         )
     outputs, training = _analyse_outputs(gm, real_inputs)
+    if training:
+        refuse_custom_functions_in_graph(gm)
+        _refuse_training_on_nested_built_inside(gm)
     io = GraphIO(
         inputs=[Desc(info.kind, i) for i, info in enumerate(inputs)],
         outputs=[Desc("user", j) for j in range(len(outputs))],
@@ -334,9 +337,25 @@ def program_from_function(
 
 def program_from_flat_graph(flat: FlatGraph, gm: GraphModule) -> Program:
     """The program of a graph ``flatten_subclasses`` took apart; ``gm`` is the graph over subclasses."""
+    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in flat.inputs):
+        _refuse_training_on_nested_built_inside(gm)
     program = program_from_graph(flat.graph, flat.inputs, kinds=flat.kinds)
     record_subclasses(program, flat, gm)
     return program
+
+
+NESTED_BUILT_INSIDE_ERROR = (
+    "passkit: the program builds a jagged NestedTensor from plain tensors and trains through it; "
+    "passkit differentiates subclasses only when they are inputs: build it outside the compiled "
+    'function and pass it in, or use on_error = "eager"'
+)
+
+
+def _refuse_training_on_nested_built_inside(gm: GraphModule) -> None:
+    """Its ops reach passkit's forward-only traces below the NestedTensor's own autograd rules:
+    ``values()`` became a ``detach``, so the parameters after it got no gradient at all."""
+    if _torch.builds_nested(gm):
+        raise PasskitError(NESTED_BUILT_INSIDE_ERROR)
 
 
 def _with_traced_requires_grad(program: Program, tape: TapeObserver) -> Program:

@@ -120,6 +120,7 @@ def split_joint(joint: GraphModule, io: GraphIO, saved: list[Node]) -> tuple[Gra
     n_fwd = io.n_visible
     primals = [p for p, d in zip(placeholders, io.inputs) if d.kind != "tangent"]
     tangents = [p for p, d in zip(placeholders, io.inputs) if d.kind == "tangent"]
+    saved = saved + _symbol_inputs(saved + tangents, primals)
     forward_nodes = _ancestors(outputs[:n_fwd] + saved)
     # Side-effect-only calls on forward values (linalg's error checks) run in the forward.
     forward_nodes |= _ancestors(_forward_side_effects(joint, tangents))
@@ -143,6 +144,27 @@ def split_joint(joint: GraphModule, io: GraphIO, saved: list[Node]) -> tuple[Gra
         outputs=list(io.outputs[n_fwd:]),
     )
     return forward, fw_io, backward, bw_io
+
+
+def _symbol_inputs(inputs: list[Node], primals: list[Node]) -> list[Node]:
+    """Primals to save as well, so that the backward binds every size symbol its inputs read.
+
+    A saved view flattened to ``s75*s95`` binds neither symbol; without ``s95`` as an input of
+    its own, Inductor cannot compile the backward (torch's partitioner saves such symbols too).
+    """
+    values = [n.meta.get("val") for n in inputs]
+    missing = set().union(*map(_torch.symbols_needed, values)) - set().union(*map(_torch.symbols_bound, values))
+    added: list[Node] = []
+    # A SymInt primal first: saving a whole tensor for one of its sizes would keep it alive.
+    by_preference = sorted(primals, key=lambda n: not isinstance(n.meta.get("val"), torch.SymInt))
+    for primal in by_preference:
+        if not missing:
+            break
+        bound = _torch.symbols_bound(primal.meta.get("val")) & missing
+        if bound and primal not in inputs:
+            added.append(primal)
+            missing -= bound
+    return added
 
 
 def _saved_by_default(joint: GraphModule, io: GraphIO) -> list[Node]:

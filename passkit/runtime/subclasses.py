@@ -110,7 +110,7 @@ def flatten_subclasses(
     if symbolic:
         fakes = _flat_dynamo_fakes(traced_inputs, in_layouts)
     else:
-        mode = _torch.fake_mode_of(flat_inputs) or _torch.new_fake_mode()
+        mode = _torch.fake_mode_of(flat_inputs) or _torch.new_fake_mode(shape_env=_torch.needs_shape_env(gm))
         fakes = [_torch.fakify(mode, x) for x in flat_inputs]
     out_layouts: list[Layout | None] = []
 
