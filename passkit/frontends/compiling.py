@@ -87,12 +87,18 @@ def _argument(pipeline: Any, resolved: Any) -> str:
 
 def resolve_pipeline(pipeline: Any, settings: dict[str, Any]) -> Any:
     """The loaded pipeline (any form ``load_pipeline`` takes) with ``settings`` applied; a mounted
-    file is refused, since its steps run inside Inductor's slots."""
+    file is refused, since its steps run inside Inductor's slots, and so is an export pipeline,
+    which makes no code to call."""
     resolved = load_pipeline(pipeline)
     if resolved.mounted:  # its steps run in Inductor's slots, around torch's own stages
         raise PasskitError(
             f"{resolved.label}: the file mounts its steps in Inductor's slots; "
             f"use torch.compile(model, options=passkit.inductor_options({_argument(pipeline, resolved)!r}))"
+        )
+    if resolved.kind == "export":
+        raise PasskitError(
+            f'{resolved.label}: an export pipeline (kind = "export") makes an ExportedProgram, not code to call; '
+            f"use passkit.export(model, args, pipeline={_argument(pipeline, resolved)!r}), or a pipeline that compiles, such as 'training'"
         )
     return resolved.with_settings(**settings) if settings else resolved
 

@@ -74,15 +74,26 @@ def test_numerics_verification_names_the_backward_when_only_gradients_deviate(tm
 
 SHIPPED = sorted(path.stem for path in (Path(passkit.__file__).parent / "pipelines").glob("*.toml"))
 MOUNTED = ["inductor-post-grad"]  # its steps run in stock Inductor's slots (docs/inductor-slots.md)
+EXPORTS = ["export"]  # passkit.export's: no code to call (tests/frontends/test_export.py)
 
 
 def test_the_shipped_pipelines_are_the_documented_ones() -> None:
-    assert SHIPPED == ["debug", "inductor-post-grad", "inference", "inference-python", "training", "training-python"]
+    assert SHIPPED == ["debug", "export", "inductor-post-grad", "inference", "inference-python", "training", "training-python"]
     assert all(passkit.load_pipeline(name).mounted == (name in MOUNTED) for name in SHIPPED)
+    assert all((passkit.load_pipeline(name).kind == "export") == (name in EXPORTS) for name in SHIPPED)
+
+
+def test_an_export_pipeline_is_refused_where_code_is_compiled() -> None:
+    with pytest.raises(passkit.PasskitError) as info:
+        passkit.aot_function(lambda x: x.sin(), pipeline="export")(torch.randn(3))
+    assert str(info.value) == (
+        'passkit/pipelines/export.toml: an export pipeline (kind = "export") makes an ExportedProgram, not code to call; '
+        "use passkit.export(model, args, pipeline='export'), or a pipeline that compiles, such as 'training'"
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [name for name in SHIPPED if name not in MOUNTED])
+@pytest.mark.parametrize("name", [name for name in SHIPPED if name not in MOUNTED + EXPORTS])
 def test_numerics_verification_passes_for_the_shipped_pipelines(name: str) -> None:
     pipeline = passkit.load_pipeline(name)
     compiled = passkit.aot_function(lambda x, w: (x @ w).softmax(-1), pipeline=pipeline, verify="numerics", dump="off")
