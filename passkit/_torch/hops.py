@@ -21,6 +21,9 @@ from torch.fx import traceback as fx_traceback
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+
+from passkit._torch.unbacked import asks_for_unbacked_sizes, makes_unbacked_sizes
+
 __all__ = [
     "HigherOrderOperator",
     "asks_for_shape_env",
@@ -283,10 +286,11 @@ def asks_for_shape_env(exc: BaseException) -> bool:
         if "Must provide a fake_mode with shape_env" in text or "no attribute 'ignore_fresh_unbacked_symbols'" in text:
             return True
         current, seen = current.__cause__ or current.__context__, seen + 1
-    return False
+    return asks_for_unbacked_sizes(exc)
 
 
 def needs_shape_env(gm: GraphModule) -> bool:
-    """Whether tracing ``gm`` needs a fake mode with a ShapeEnv, at any depth of subgraphs."""
-    return calls_higher_order(gm, *_NEEDS_SHAPE_ENV)
+    """Whether tracing ``gm`` needs a fake mode with a ShapeEnv, at any depth of subgraphs: a
+    ``while_loop``, or an op whose size or value the data decides."""
+    return calls_higher_order(gm, *_NEEDS_SHAPE_ENV) or makes_unbacked_sizes(gm)
 

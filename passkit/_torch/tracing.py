@@ -26,6 +26,7 @@ from passkit._torch.random_fills import BERNOULLI_IN_LAYOUT, KeepRandomFillLayou
 from passkit._torch.ops import has_symbolic_sizes
 from passkit._torch.regions import region_schemas_remembered
 from passkit._torch.hops import called_subgraphs, fresh_subgraph_caches, subgraphs_traced_in
+from passkit._torch.unbacked import forget_pending_unbacked
 
 __all__ = [
     "autocast_state",
@@ -104,6 +105,7 @@ def in_fake_mode(fake_mode: FakeTensorMode | None) -> Iterator[None]:
     if fake_mode is None:
         yield
         return
+    forget_pending_unbacked(fake_mode)
     with subgraphs_traced_in(fake_mode), fake_mode:
         yield
 
