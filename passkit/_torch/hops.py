@@ -21,7 +21,6 @@ from torch.fx import traceback as fx_traceback
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-
 from passkit._torch.unbacked import asks_for_unbacked_sizes, makes_unbacked_sizes
 
 __all__ = [
@@ -278,7 +277,7 @@ def calls_higher_order(gm: GraphModule, *names: str) -> bool:
 
 def asks_for_shape_env(exc: BaseException) -> bool:
     """Whether tracing failed for want of a ShapeEnv: a higher-order op's fake rule (``while_loop``)
-    met passkit's static fake mode, which has none."""
+    or a data-dependent op's (``nonzero``, ``.item()``) met passkit's static fake mode, which has none."""
     seen = 0
     current: BaseException | None = exc
     while current is not None and seen < 8:

@@ -15,6 +15,8 @@ import pytest
 import torch
 from torch import nn
 
+from dependencies import require_module
+
 import passkit
 from passkit.frontends.data_dependent import DATA_DEPENDENT_ERROR, DATA_DEPENDENT_GUARD_ERROR
 
@@ -141,6 +143,29 @@ def test_data_dependent_sizes_train_like_eager_and_aot_eager(pipeline: str, fn: 
     assert _programs(backend) == 1
 
 
+def _bool_index(x: torch.Tensor) -> torch.Tensor:
+    y = x.clone()
+    y[x > 0] = 0
+    return y * 2 + x[x < 0].sum()
+
+
+def _repeat_unique_nonzero(x: torch.Tensor) -> torch.Tensor:
+    repeated = torch.repeat_interleave(x, (x > 0).long() + 1, dim=0).sum()
+    return repeated + torch.unique(x.detach().round()).sum() + x.nonzero().float().sum() * x.sum()
+
+
+@pytest.mark.parametrize("pipeline", TRAINING)
+@pytest.mark.parametrize("fn", [_bool_index, _repeat_unique_nonzero], ids=["bool-index", "repeat-unique-nonzero"])
+def test_data_dependent_ops_train_like_eager_under_aot_function(pipeline: str, fn: Callable[..., Any]) -> None:
+    compiled = passkit.aot_function(fn, pipeline=pipeline)
+    torch.manual_seed(0)
+    for x in (torch.randn(8), torch.randn(8)):
+        expected, expected_grad = _run_function(fn, x)
+        out, grad = _run_function(compiled, x)
+        torch.testing.assert_close(out, expected, **CLOSE)
+        torch.testing.assert_close(grad, expected_grad, **CLOSE)
+
+
 @pytest.mark.parametrize("partition", ["partition.default", "partition.min_cut", "partition.torch_min_cut"])
 def test_every_partitioner_splits_a_program_with_unbacked_sizes(partition: str, tmp_path) -> None:
     path = tmp_path / "p.toml"
@@ -263,3 +288,26 @@ def test_an_op_torch_traces_no_symbolic_result_for_is_one_line_error() -> None:
         'torch traces no symbolic result for it (on_error = "eager" runs such programs eagerly)'
     )
     assert str(info.value) == DATA_DEPENDENT_ERROR.format(op="aten.equal.default")
+
+
+@pytest.mark.parametrize("pipeline", ["training-python", pytest.param("training", marks=pytest.mark.slow)])
+def test_hugging_face_mixtral_trains_whole_like_eager(pipeline: str) -> None:
+    # Its sparse MoE block routes tokens with nonzero; under the config it compiles as one graph.
+    transformers = require_module("transformers")
+    config = transformers.MixtralConfig(
+        hidden_size=32, intermediate_size=64, num_local_experts=4, num_experts_per_tok=2, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=100,
+    )
+    torch.manual_seed(0)
+    eager = transformers.MixtralForCausalLM(config).train()
+    twin = copy.deepcopy(eager)
+    backend = passkit.backend(pipeline=pipeline, cache="off")
+    compiled = torch.compile(twin, backend=backend, fullgraph=True)
+    ids = torch.randint(0, 100, (2, 8))
+    expected, out = eager(ids).logits, compiled(ids).logits
+    torch.testing.assert_close(out, expected, **CLOSE)
+    expected.square().mean().backward()
+    out.square().mean().backward()
+    for (name, p), q in zip(eager.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, **CLOSE, msg=lambda m, name=name: f"{name}: {m}")
+    assert _programs(backend) == 1
