@@ -225,7 +225,8 @@ def test_size_checks_torch_asserts_stay_in_the_program(pipeline: str) -> None:
         assert asserts, forward.code
 
 
-def test_moe_program_is_stored_in_and_loaded_from_the_compile_cache(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("pipeline", TRAINING)
+def test_moe_program_is_stored_in_and_loaded_from_the_compile_cache(pipeline: str, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PASSKIT_CACHE_DIR", str(tmp_path / "cache"))
     torch.manual_seed(0)
     model = MoE()
@@ -234,7 +235,7 @@ def test_moe_program_is_stored_in_and_loaded_from_the_compile_cache(tmp_path, mo
     for hit in ("", "hit"):
         torch._dynamo.reset()
         before = len(passkit.reports())
-        compiled = torch.compile(copy.deepcopy(model), backend=passkit.backend(pipeline="training-python"), fullgraph=True)
+        compiled = torch.compile(copy.deepcopy(model), backend=passkit.backend(pipeline=pipeline), fullgraph=True)
         out, grads = _run_module(compiled, x)
         torch.testing.assert_close(out, expected, **CLOSE)
         torch.testing.assert_close(grads, expected_grads, **CLOSE)
