@@ -10,13 +10,16 @@ where it is bound (``unbacked_bindings``) and keeps the run-time checks torch as
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import torch
 from torch.fx import GraphModule
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-__all__ = ["asks_for_unbacked_sizes", "data_dependent_guard", "forget_pending_unbacked", "is_runtime_assert", "makes_unbacked_sizes"]
+T = TypeVar("T")
+
+__all__ = ["asks_for_unbacked_sizes", "data_dependent_guard", "forget_pending_unbacked", "give_shape_env", "is_runtime_assert", "makes_unbacked_sizes",
+           "retrying_with_shape_env"]
 
 # Tensor methods and torch functions Dynamo records whose result size or value is data's.
 _DATA_DEPENDENT_NAMES = frozenset(
@@ -79,6 +82,33 @@ def forget_pending_unbacked(fake_mode: Any) -> None:
     pending = getattr(shape_env, "pending_fresh_unbacked_symbols", None)
     if pending:
         pending.clear()
+
+
+def give_shape_env(fake_mode: Any) -> bool:
+    """Give a static fake mode the shape environment a data-dependent op asked for; whether it
+    had none. Its fake tensors keep their static sizes (``static_shapes`` stays on); only the
+    op's fresh unbacked symbols live there. A program captured static (``aot_function``) meets
+    such an op only when a later step lowers or differentiates an op whose decomposition or
+    backward formula makes one (``index_put`` through a boolean mask: its backward calls
+    ``nonzero``)."""
+    if fake_mode is None or getattr(fake_mode, "shape_env", None) is not None:
+        return False
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    fake_mode.shape_env = ShapeEnv()
+    fake_mode.static_shapes = True
+    return True
+
+
+def retrying_with_shape_env(fake_mode: Any, trace: Callable[[], T]) -> T:
+    """``trace()``, once more with a shape environment given to ``fake_mode`` when it failed at a
+    data-dependent op for want of one."""
+    try:
+        return trace()
+    except Exception as exc:
+        if not asks_for_unbacked_sizes(exc) or not give_shape_env(fake_mode):
+            raise
+    return trace()
 
 
 def data_dependent_guard(exc: BaseException) -> str | None:

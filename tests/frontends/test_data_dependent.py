@@ -154,8 +154,14 @@ def _repeat_unique_nonzero(x: torch.Tensor) -> torch.Tensor:
     return repeated + torch.unique(x.detach().round()).sum() + x.nonzero().float().sum() * x.sum()
 
 
+def _put_through_a_mask(x: torch.Tensor) -> torch.Tensor:
+    # Captured without a shape environment: only index_put's backward calls nonzero, in joint.
+    return torch.index_put(x.detach(), (x.detach() > 0,), x[:1].exp()) * x
+
+
 @pytest.mark.parametrize("pipeline", TRAINING)
-@pytest.mark.parametrize("fn", [_bool_index, _repeat_unique_nonzero], ids=["bool-index", "repeat-unique-nonzero"])
+@pytest.mark.parametrize("fn", [_bool_index, _repeat_unique_nonzero, _put_through_a_mask],
+                         ids=["bool-index", "repeat-unique-nonzero", "backward-makes-the-size"])
 def test_data_dependent_ops_train_like_eager_under_aot_function(pipeline: str, fn: Callable[..., Any]) -> None:
     compiled = passkit.aot_function(fn, pipeline=pipeline)
     torch.manual_seed(0)
