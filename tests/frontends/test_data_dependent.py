@@ -1,9 +1,9 @@
 """Data-dependent sizes (unbacked symbols from ``nonzero``, ``masked_select``, ``.item()``) flow
 through every stage, as torch's AOT path carries them; what stays out of reach is one line.
 
-Each program is compared with eager and with ``torch.compile(backend="aot_eager")``, outputs and
-gradients, on calls whose data-dependent sizes differ from the first call's (one compile serves
-them all: the sizes are symbols, not guards).
+Each program is compared with eager, outputs and gradients (those Dynamo captures also with
+``torch.compile(backend="aot_eager")``), on calls whose data-dependent sizes differ from the first
+call's: one compile serves them all, the sizes are symbols, not guards.
 """
 
 from __future__ import annotations
