@@ -23,6 +23,7 @@ owns one side of torch:
 - ``logs``: structured trace artifacts and Dynamo's compile ids;
 - ``region_values``: each outlined region call's own results, and operands it passes on read directly;
 - ``region_calls``: a graph that calls regions compiled as Python calling each distinct body once;
+- ``unbacked``: data-dependent sizes (``nonzero``, ``.item()``) and the shape environment they need;
 - ``values``: which values compiled kernels cannot read, and whether a trace records the call.
 
 Supported torch: 2.11 to 2.13.
@@ -68,11 +69,14 @@ from passkit._torch.symbols import *  # noqa: F403
 from passkit._torch.symbols import __all__ as _symbols
 from passkit._torch.tracing import *  # noqa: F403
 from passkit._torch.tracing import __all__ as _tracing
+from passkit._torch.unbacked import *  # noqa: F403
+from passkit._torch.unbacked import __all__ as _unbacked
 from passkit._torch.values import *  # noqa: F403
 from passkit._torch.values import __all__ as _values
 
 
 __all__ = [
     *_aoti, *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots, *_inductor_workers, *_kernel_bundles, *_logs,
-    *_mutations, *_ops, *_region_calls, *_region_values, *_regions, *_shape_guards, *_symbols, *_tracing, *_values,
+    *_mutations, *_ops, *_region_calls, *_region_values, *_regions, *_shape_guards, *_symbols, *_tracing, *_unbacked,
+    *_values,
 ]

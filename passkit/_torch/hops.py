@@ -21,6 +21,8 @@ from torch.fx import traceback as fx_traceback
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from passkit._torch.unbacked import asks_for_unbacked_sizes, makes_unbacked_sizes
+
 __all__ = [
     "HigherOrderOperator",
     "asks_for_shape_env",
@@ -276,7 +278,7 @@ def calls_higher_order(gm: GraphModule, *names: str) -> bool:
 
 def asks_for_shape_env(exc: BaseException) -> bool:
     """Whether tracing failed for want of a ShapeEnv: a higher-order op's fake rule (``while_loop``)
-    met passkit's static fake mode, which has none."""
+    or a data-dependent op's (``nonzero``, ``.item()``) met passkit's static fake mode, which has none."""
     seen = 0
     current: BaseException | None = exc
     while current is not None and seen < 8:
@@ -284,7 +286,7 @@ def asks_for_shape_env(exc: BaseException) -> bool:
         if "Must provide a fake_mode with shape_env" in text or "no attribute 'ignore_fresh_unbacked_symbols'" in text:
             return True
         current, seen = current.__cause__ or current.__context__, seen + 1
-    return False
+    return asks_for_unbacked_sizes(exc)
 
 
 # Functions that build a jagged NestedTensor: its ragged size is a nested int, which a fake mode
@@ -308,6 +310,7 @@ def builds_nested(gm: GraphModule) -> bool:
 
 
 def needs_shape_env(gm: GraphModule) -> bool:
-    """Whether tracing ``gm`` needs a fake mode with a ShapeEnv, at any depth of subgraphs."""
-    return calls_higher_order(gm, *_NEEDS_SHAPE_ENV) or builds_nested(gm)
+    """Whether tracing ``gm`` needs a fake mode with a ShapeEnv, at any depth of subgraphs: a
+    ``while_loop``, a jagged NestedTensor built inside, or an op whose size or value the data decides."""
+    return calls_higher_order(gm, *_NEEDS_SHAPE_ENV) or builds_nested(gm) or makes_unbacked_sizes(gm)
 

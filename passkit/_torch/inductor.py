@@ -17,6 +17,7 @@ from passkit._torch.inductor_warm import GraphKey, cpu_probes_settled, graph_key
 from passkit._torch.hops import calls_higher_order, graph_and_subgraphs
 from passkit._torch.region_calls import RegionCalls, compile_region_calls
 from passkit._torch.tracing import BERNOULLI_IN_LAYOUT, fake_mode_of, new_fake_mode
+from passkit._torch.own_decomps import reading_no_values
 
 __all__ = [
     "DONATED_SUFFIX",
@@ -323,7 +324,7 @@ def inductor_decompositions() -> dict[Any, Callable[..., Any]]:
     import torch._inductor.lowering  # noqa: F401 - some decompositions ask its lowerings
     from torch._inductor.decomposition import select_decomp_table
 
-    return dict(select_decomp_table())
+    return reading_no_values(dict(select_decomp_table()))
 
 
 @functools.cache
@@ -342,7 +343,7 @@ def inductor_lowering_decompositions(fallback_random: bool) -> dict[Any, Callabl
     from torch._inductor.decomposition import select_decomp_table
 
     with inductor_config.patch(fallback_random=fallback_random):
-        return dict(select_decomp_table())
+        return reading_no_values(dict(select_decomp_table()))
 
 
 def inductor_callable(compiled: Any) -> Callable[[list[Any]], Any]:

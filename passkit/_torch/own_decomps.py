@@ -16,6 +16,13 @@ laid out like the query, as the kernel does.
 ``core_aten`` table adds, since torch's leaves the op whole) computes its statistics with
 ``var_mean``, which is not Core ATen and whose only torch decomposition goes through prims that
 functionalization refuses; ``lowering_to_core`` lowers it to ``var`` and ``mean``.
+
+**Indices kept as tensors.** torch's ``take`` decomposition indexes with Python's ``[]``, which
+reads a 0-dim index tensor as a number (``.item()``): the trace then needs that number as a
+size and stops ("Could not extract specialized integer from data-dependent expression"), though
+the index is plain data. ``take`` (and ``put``'s backward, which calls it) lowers to
+``aten.index`` with the index as a tensor, what ``[]`` does for every other index; every table
+passkit lowers through, Inductor's included, gets it (``reading_no_values``).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["lowering_to_core", "with_corrected_layouts"]
+__all__ = ["lowering_to_core", "reading_no_values", "with_corrected_layouts"]
 
 
 def _flash_attention_for_cpu(
@@ -46,9 +53,21 @@ _CORRECTED: dict[Any, Callable[..., Any]] = {
 }
 
 
+def _take(self: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return torch.ops.aten.index.Tensor(self.reshape(-1), [index])
+
+
+_INDEX_AS_TENSOR: dict[Any, Callable[..., Any]] = {torch.ops.aten.take.default: _take}
+
+
+def reading_no_values(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
+    """``table`` with decompositions that keep an index tensor a tensor where torch's read it."""
+    return {op: _INDEX_AS_TENSOR.get(op, fn) for op, fn in table.items()}
+
+
 def with_corrected_layouts(table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
-    """``table`` with passkit's corrected decomposition wherever it holds torch's."""
-    return {op: _CORRECTED.get(op, fn) for op, fn in table.items()}
+    """``table`` with passkit's corrected decompositions wherever it holds torch's."""
+    return reading_no_values({op: _CORRECTED.get(op, fn) for op, fn in table.items()})
 
 
 def _var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,6 +26,7 @@ from passkit._torch.random_fills import BERNOULLI_IN_LAYOUT, KeepRandomFillLayou
 from passkit._torch.ops import has_symbolic_sizes
 from passkit._torch.regions import region_schemas_remembered
 from passkit._torch.hops import called_subgraphs, fresh_subgraph_caches, subgraphs_traced_in
+from passkit._torch.unbacked import forget_pending_unbacked, retrying_with_shape_env
 
 __all__ = [
     "autocast_state",
@@ -104,6 +105,7 @@ def in_fake_mode(fake_mode: FakeTensorMode | None) -> Iterator[None]:
     if fake_mode is None:
         yield
         return
+    forget_pending_unbacked(fake_mode)
     with subgraphs_traced_in(fake_mode), fake_mode:
         yield
 
@@ -169,25 +171,34 @@ def functional_trace(
             new_values.append(_from_functional(wrapped_arg))
         return (*new_values, *[_from_functional(o) for o in flat_outs])
 
-    fake_mode = fake_mode_of(args)
-    context = in_fake_mode(fake_mode)
     # Symbolic sizes trace under the Python dispatcher, as torch's AOT path traces them: its
     # decompositions keep a size symbolic where torch 2.11's C++ reads it as an int, a guard
     # that fixed the size (``matmul`` of 4-d tensors; a recompile for every new shape).
-    dispatcher = python_dispatcher() if has_symbolic_sizes(list(args)) else contextlib.nullcontext()
-    # A graph's no_grad region that raises midway would leave grad mode off for the caller.
-    with context, dispatcher, fresh_subgraph_caches(), region_schemas_remembered(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
-        gm = make_fx(
-            functionalized,
-            decomposition_table=decompositions or {},
-            pre_dispatch=pre_dispatch,
-            record_module_stack=True,
-        )(*args)
+    symbolic = has_symbolic_sizes(list(args))
+    gm = _traced(functionalized, args, decompositions, pre_dispatch, lambda: python_dispatcher() if symbolic else contextlib.nullcontext())
     _drop_unused_effect_tokens(gm, len(args))
     if arg_names is not None:
         _rename_placeholders(gm, arg_names)
     _record_constant_inputs(gm, args)
     return gm, list(mutations)
+
+
+def _traced(
+    fn: Callable[..., Any], args: Sequence[Any], decompositions: dict[Any, Callable[..., Any]] | None, pre_dispatch: bool,
+    dispatcher: Callable[[], Any] = contextlib.nullcontext, *, record_module_stack: bool = True,
+) -> GraphModule:
+    """``make_fx`` of ``fn`` in the fake mode of ``args``, once more with a shape environment given
+    to that mode when a data-dependent op met it without one: a decomposition or a backward
+    formula that makes an unbacked size (``index_put``'s with a mask calls ``nonzero``)."""
+    fake_mode = fake_mode_of(args)
+
+    def trace() -> GraphModule:
+        # A graph's no_grad region that raises midway would leave grad mode off for the caller.
+        with in_fake_mode(fake_mode), dispatcher(), fresh_subgraph_caches(), region_schemas_remembered(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
+            return make_fx(fn, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch,
+                           record_module_stack=record_module_stack)(*args)
+
+    return retrying_with_shape_env(fake_mode, trace)
 
 
 def _record_constant_inputs(gm: GraphModule, args: Sequence[Any]) -> None:
@@ -258,9 +269,7 @@ def retrace(
         if mutations:
             raise RuntimeError(f"retrace found input mutations in a functional graph: {mutations}")
     else:
-        fake_mode = fake_mode_of(args)
-        with in_fake_mode(fake_mode), fresh_subgraph_caches(), region_schemas_remembered(), fx_traceback.preserve_node_meta():
-            new_gm = make_fx(interpret, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch)(*args)
+        new_gm = _traced(interpret, args, decompositions, pre_dispatch, record_module_stack=False)
         _rename_placeholders(new_gm, names)
         _record_constant_inputs(new_gm, args)
     _use_plain_codegen(new_gm)
@@ -305,10 +314,6 @@ def nothing_to_decompose(
     return True
 
 
-def _is_grad_mode_call(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and node.target is torch._C._set_grad_enabled
-
-
 def _rename_placeholders(gm: GraphModule, names: Sequence[str]) -> None:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, name in zip(placeholders, names):
@@ -345,7 +350,8 @@ def keeps_grad_mode_regions(gm: GraphModule) -> bool:
     Pre-dispatch tracing keeps ``_set_grad_enabled`` calls in the graph; it cannot enter
     functorch transforms, which post-dispatch tracing inlines into plain ATen ops instead.
     """
-    return any(_is_grad_mode_call(n) for n in gm.graph.nodes) and not uses_functorch(gm)
+    grad_mode_calls = (n for n in gm.graph.nodes if n.op == "call_function" and n.target is set_grad_enabled)
+    return any(grad_mode_calls) and not uses_functorch(gm)
 
 
 def trace_graph(
@@ -357,11 +363,7 @@ def trace_graph(
     arg_names: Sequence[str] | None = None,
 ) -> GraphModule:
     """Trace ``fn`` as it is, mutations included; pre-dispatch keeps ``no_grad`` blocks."""
-    fake_mode = fake_mode_of(fake_args)
-    with in_fake_mode(fake_mode), fresh_subgraph_caches(), region_schemas_remembered(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
-        gm = make_fx(
-            fn, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch, record_module_stack=True
-        )(*fake_args)
+    gm = _traced(fn, fake_args, decompositions, pre_dispatch)
     if arg_names is not None:
         _rename_placeholders(gm, arg_names)
     _use_plain_codegen(gm)

@@ -9,7 +9,8 @@
   user's line; ``compile_options``: the settings a caller passes beside the pipeline;
 - ``saved_limit``: ``max_saved`` across the graphs Dynamo splits one model into;
 - ``inductor_slots``: ``passkit.inductor_options``, a pipeline mounted in Inductor's slots;
-- ``data_dependent``: the one-line refusal of data-dependent output shapes under ``make_fx``;
+- ``data_dependent``: the one-line refusals of what data-dependent tracing cannot hold (an op torch
+  traces no symbolic result for, a Python decision on tensor data);
 - ``check``: one compiled step against eager, what ``passkit run`` does.
 
 May import every compiler part (passes, autodiff, regions, runtime, cache, verify, instruments,

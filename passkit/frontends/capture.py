@@ -313,8 +313,9 @@ def program_from_function(
         except Exception as exc:
             if not _torch.asks_for_shape_env(exc):
                 raise
-            # A while_loop: its fake rule needs a ShapeEnv. Pre-dispatch, above autograd, the
-            # graph keeps the loop whole for ``joint`` (below, autograd rewrites it).
+            # A while_loop or a data-dependent op (nonzero, .item()): its fake rule needs a
+            # ShapeEnv. Pre-dispatch, above autograd, the graph keeps a loop whole for ``joint``
+            # (below, autograd rewrites it).
             shape_env = True
             program = pre_dispatch_program()
         if program is not None:
@@ -328,7 +329,7 @@ def program_from_function(
     except Exception as exc:
         if not _torch.asks_for_shape_env(exc):
             raise
-        shape_env = True  # a while_loop: its fake rule needs one
+        shape_env = True  # a while_loop or a data-dependent op: its fake rule needs one
         gm = _torch.trace_graph(flat_fn, fakes(), pre_dispatch=False)
     if _torch.holds_fake_constants(gm):
         raise PasskitError(LOST_VALUE_ERROR)

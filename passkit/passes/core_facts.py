@@ -41,6 +41,8 @@ def _in_opset(target: TargetOpset, op: Any, *, before_joint: bool, training: boo
         return True  # higher-order ops and Python callables are not ATen operators
     if op in target.kept or (before_joint and op in _torch.AUTOGRAD_SEMANTIC_OPS):
         return True
+    if _torch.is_runtime_assert(op):
+        return True  # torch's checks on a data-dependent size, kept as they are
     if _torch.is_collective(op):
         return True  # communication: no table lowers it (DTensor's backward adds all_reduce)
     if before_joint and training and _torch.has_own_autograd_formula(op):

@@ -200,6 +200,8 @@ def _reinplace_graph(gm: GraphModule, ask: Ask | None = None) -> tuple[int, int,
         return 0, 0, 0, "symbolic shapes"  # torch's pass re-derives metadata without a shape environment
     if any(v is None for v in sample):
         return 0, 0, 0, "an input without meta['val']"
+    if _torch.makes_unbacked_sizes(gm):
+        return 0, 0, 0, "data-dependent sizes"  # their fake rules need a shape environment, which torch's pass lacks
     if _torch.needs_shape_env(gm):
         return 0, 0, 0, "while_loop"  # its fake rule needs a shape environment, which torch's pass lacks
     refused = _refusals(gm, sample, ask) if ask is not None else set()

@@ -120,7 +120,7 @@ def tracing_each_layer_once(compiled: nn.Module, model: nn.Module, min_repeats: 
     layers marked; the names of the classes marked, a list emptied when marking stops.
 
     Dynamo must trace a marked layer whole: a graph break inside one (T5's layers) fails the
-    compile instead. If that happens before any graph was compiled (``compiled_a_graph``), no
+    compile instead, and so does a layer called on a data-dependent size (MoE experts). If that happens before any graph was compiled (``compiled_a_graph``), no
     code of the model ran yet, and the call is traced again with no layer marked, as every call
     after it; later, a graph may have run already, and the failure is one line.
     """
@@ -153,10 +153,13 @@ def tracing_each_layer_once(compiled: nn.Module, model: nn.Module, min_repeats: 
 
 
 def _uncaptured_region(exc: BaseException) -> bool:
-    """Dynamo's ``UncapturedHigherOrderOpError``: a marked region it could not trace whole."""
+    """Dynamo's ``UncapturedHigherOrderOpError`` (a marked region it could not trace whole), or
+    a guard on a data-dependent size (``GuardOnDataDependentSymNode``): a marked layer called on
+    rows only the data counts (an MoE expert's tokens), where Dynamo's check whether an earlier
+    trace of the layer fits compares two unbacked sizes it cannot decide."""
     seen: BaseException | None = exc
     while seen is not None:
-        if type(seen).__name__ == "UncapturedHigherOrderOpError":
+        if type(seen).__name__ in ("UncapturedHigherOrderOpError", "GuardOnDataDependentSymNode"):
             return True
         seen = seen.__cause__ or seen.__context__
     return False

@@ -19,7 +19,10 @@ class Gap(NamedTuple):
     reason: str
 
 
-DATA_DEPENDENT = "data-dependent output shape or value; passkit compiles static shapes only (one-line error, on_error='eager' runs it eagerly)"
+DATA_DEPENDENT = (
+    "data-dependent output torch traces no symbolic result for, or a Python decision on tensor data; passkit "
+    "carries unbacked sizes, not these (one-line error, on_error='eager' runs it eagerly)"
+)
 SPARSE = "sparse inputs: the runtime wrapper reads strides and storages, which sparse tensors lack"
 
 
@@ -32,17 +35,15 @@ def _data_dependent(detail: str = "") -> Gap:
 _SPARSE = Gap(RuntimeError, SPARSE)
 
 KNOWN_GAPS: dict[str, Gap] = {
-    "combinations": _data_dependent(" (masked_select)"),
-    "masked_select": _data_dependent(),
     "corrcoef": _data_dependent(" (aten.equal on a tensor)"),
     "cov": _data_dependent(" (aten.equal on a tensor)"),
     "linalg.lstsq": _data_dependent(),
     "linalg.lstsq.grad_oriented": _data_dependent(),
     "nn.functional.ctc_loss": _data_dependent(),
     "nn.CTCLoss": _data_dependent(),
-    "nn.functional.gaussian_nll_loss": _data_dependent(" (a tensor's value read as a Python number)"),
-    "nn.GaussianNLLLoss": _data_dependent(" (a tensor's value read as a Python number)"),
-    "tensor_split": _data_dependent(" (split points given as a tensor)"),
+    "nn.functional.gaussian_nll_loss": _data_dependent(" (an if on a tensor's value)"),
+    "nn.GaussianNLLLoss": _data_dependent(" (an if on a tensor's value)"),
+    "tensor_split": _data_dependent(" (split points given as a tensor, read by its kernel, not through .item())"),
     "sparse.mm.reduce": _SPARSE,
     "sparse.sampled_addmm": _SPARSE,
     "to_sparse": _SPARSE,

@@ -317,18 +317,16 @@ def test_lstm_trains_and_matches_eager() -> None:
         torch.testing.assert_close(q.grad, p.grad)
 
 
-def test_data_dependent_op_is_one_line_error_or_eager_fallback() -> None:
+def test_data_dependent_output_size_compiles_and_matches_eager() -> None:
+    # masked_select's size is an unbacked symbol; the refusals left are in
+    # tests/frontends/test_data_dependent.py.
     fn = lambda x: torch.masked_select(x, x > 0) * 2  # noqa: E731
-    x = torch.tensor([1.0, -1.0, 2.0], requires_grad=True)
-    with pytest.raises(passkit.PasskitError) as info:
-        passkit.aot_function(fn, pipeline=PIPELINE)(x)
-    assert str(info.value) == (
-        "passkit: aten.masked_select.default gives an output whose shape or value depends on tensor data; "
-        'passkit compiles static shapes only (on_error = "eager" runs such programs eagerly)'
-    )
-    with pytest.warns(RuntimeWarning, match="masked_select"):
-        out = passkit.aot_function(fn, pipeline=PIPELINE, on_error="eager")(x)
-    torch.testing.assert_close(out, torch.tensor([2.0, 4.0]))
+    compiled = passkit.aot_function(fn, pipeline=PIPELINE)
+    for x in (torch.tensor([1.0, -1.0, 2.0]), torch.tensor([-1.0, 3.0, -2.0])):
+        expected, expected_grad = _grad(fn, x)
+        out, grad = _grad(compiled, x)
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(grad, expected_grad)
 
 
 def test_values_overwritten_by_copy_get_a_zero_gradient_as_in_eager() -> None:
