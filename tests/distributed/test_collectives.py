@@ -11,7 +11,9 @@ gradient are compared with eager's on each rank; the report rows show what the p
 - ``reshard``: ``after_forward = true`` gathers the parameters again in the backward, so the
   partitioner saves fewer bytes than with the gathered parameters kept;
 - ``regions``: the same with the layers outlined first (``regions``, min_repeats 2);
-- ``off``: the three passes disabled, the baseline for the counts.
+- ``off``: the three passes disabled, the baseline for the counts;
+- ``inference``: the forward alone under ``no_grad`` (``inference-python`` with the bucket and
+  overlap steps added), whose ``main`` graph holds the gathers.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ VARIANTS = {
                 "steps": [{"pass": "regions", "before": "functionalize", "min_repeats": 2}]},
 }
 
+INFERENCE = {"pipeline": {"extends": "inference-python"},
+             "steps": [{"pass": "collectives.bucket", "before": "codegen.python", **CAPS},
+                       {"pass": "collectives.overlap", "before": "codegen.python"}]}
+
 
 def _rank_main(rank: int, world: int, init_method: str, out_dir: str) -> None:
     import passkit
@@ -55,6 +61,15 @@ def _rank_main(rank: int, world: int, init_method: str, out_dir: str) -> None:
         torch.manual_seed(10 + rank)
         x = torch.randn(8, DIM)
         results = {}
+        with torch.no_grad():
+            model = simple_fsdp(copy.deepcopy(base), mesh)
+            expected = model(x)
+            torch._dynamo.reset()
+            backend = passkit.backend(INFERENCE)
+            actual = torch.compile(model, backend=backend)(x)
+            (report,) = backend.reports
+            rows = {r.id: (r.changed, dict(r.stats)) for r in report.records if r.status == "ran"}
+        results["inference"] = (expected, actual, rows)
         for name in ("eager", *VARIANTS):
             model = simple_fsdp(copy.deepcopy(base), mesh)
             torch._dynamo.reset()
@@ -109,6 +124,12 @@ def test_bucketed_overlapped_resharded_collectives_match_eager(tmp_path, spawn_r
 
         # With the layers outlined first the passes still run on what the graphs hold.
         assert results["regions"][2]["regions"][0], "regions outlined nothing"
+
+        # Inference: the gathers of ``main`` bucketed and overlapped, the same output.
+        expected, actual, rows = results["inference"]
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+        assert rows["collectives.bucket"][1]["all_gather"] == bucket[1]["all_gather"]
+        assert rows["collectives.overlap"][0]
 
         # Without the passes, the rows are absent and every wait is exposed.
         assert not any(step in results["off"][2] for step in PASSES)
