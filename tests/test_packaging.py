@@ -155,8 +155,8 @@ def test_installed_wheel_resolves_the_shipped_pipelines(installed: dict[str, Pat
     assert debug["files"] == [*training["files"], debug["source"]]
     assert debug["steps"] == training["steps"]
     assert [step[1] for step in training["steps"]] == [
-        "regions", "functionalize", "decompose", "rewrite", "joint", "joint.inductor_passes", "partition.min_cut", "fx.cse",
-        "fx.dce", "codegen.inductor",
+        "regions", "functionalize", "decompose", "rewrite", "joint", "joint.inductor_passes", "collectives.reshard",
+        "partition.min_cut", "fx.cse", "fx.dce", "collectives.bucket", "collectives.overlap", "codegen.inductor",
     ]
     assert [step[1] for step in pipelines["training-python"]["steps"]][-1] == "codegen.python"
     assert training["settings"]["verify"] == "off" and training["settings"]["dump"] == "off"

@@ -3,6 +3,7 @@
 Callers import this package (``from passkit import _torch``) and never its modules; each module
 owns one side of torch:
 
+- ``collectives``: functional collectives and waits, torch's FX bucketing of them;
 - ``aoti``: AOTInductor's packages, compiled from an ``ExportedProgram`` and loaded back;
 - ``hops``: higher-order ops' subgraphs, and how passkit's tracing forwards them;
 - ``tracing``: fake tensors, functional tracing, re-tracing;
@@ -33,6 +34,8 @@ from __future__ import annotations
 
 from passkit._torch.aoti import *  # noqa: F403
 from passkit._torch.aoti import __all__ as _aoti
+from passkit._torch.collectives import *  # noqa: F403
+from passkit._torch.collectives import __all__ as _collectives
 from passkit._torch.graph_passes import *  # noqa: F403
 from passkit._torch.graph_passes import __all__ as _graph_passes
 from passkit._torch.graph_pickle import *  # noqa: F403
@@ -76,7 +79,7 @@ from passkit._torch.values import __all__ as _values
 
 
 __all__ = [
-    *_aoti, *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots, *_inductor_workers, *_kernel_bundles, *_logs,
-    *_mutations, *_ops, *_region_calls, *_region_values, *_regions, *_shape_guards, *_symbols, *_tracing, *_unbacked,
-    *_values,
+    *_aoti, *_collectives, *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots,
+    *_inductor_workers, *_kernel_bundles, *_logs, *_mutations, *_ops, *_region_calls, *_region_values, *_regions,
+    *_shape_guards, *_symbols, *_tracing, *_unbacked, *_values,
 ]

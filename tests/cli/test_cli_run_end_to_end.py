@@ -54,8 +54,8 @@ def test_run_trains_a_model_from_the_command_line_and_dumps_each_step(workdir: P
     assert [p.name for p in (workdir / "out").iterdir()] == ["compile-0_0"]  # Dynamo's first frame, first compile
     dumped = sorted(p.name for p in (workdir / "out" / "compile-0_0").iterdir())
     assert "00-captured-main.py" in dumped
-    assert "08-codegen.python-backward.py" in dumped
-    codegen = (workdir / "out" / "compile-0_0" / "08-codegen.python-backward.py").read_text()
+    assert "11-codegen.python-backward.py" in dumped
+    codegen = (workdir / "out" / "compile-0_0" / "11-codegen.python-backward.py").read_text()
     assert codegen.splitlines()[1].endswith(", generated code")
     data = json.loads((workdir / "result.json").read_text())
     assert data["ok"] is True and data["training"] is True

@@ -133,8 +133,8 @@ def test_a_step_wrapper_that_raises_names_the_step(tmp_path, register_passkit_pl
         compiled(*_inputs())
     message = str(caught.value)
     assert message.endswith(
-        ": steps[5] (fx.cse) failed: OSError: disk full (after: functionalize, decompose, attention, joint, "
-        "partition.default)"
+        ": steps[6] (fx.cse) failed: OSError: disk full (after: functionalize, decompose, attention, joint, "
+        "collectives.reshard, partition.default)"
     )
     assert message.split(":")[0].endswith("training-python.toml")
 

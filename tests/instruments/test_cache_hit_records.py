@@ -52,7 +52,7 @@ def test_a_cache_hit_still_writes_a_complete_report_marked_as_loaded(tmp_path: P
     assert "Loaded from the compile cache: no step ran in this process." in warm
     assert "loaded from the compile cache" not in cold
     assert "<summary>captured: graph <b>main</b></summary>" in warm
-    assert "<summary>step 8 (codegen.python): graph <b>forward</b></summary>" in warm
+    assert "<summary>step 11 (codegen.python): graph <b>forward</b></summary>" in warm
     assert warm.count("<svg") == 2  # the timeline and the forward/backward split
 
 
@@ -91,5 +91,5 @@ def test_a_cache_hit_emits_the_structured_trace_artifacts_of_the_compile(monkeyp
     expected = [name for name in cold if "_captured_" in name or name.endswith(("_record", "_generated"))
                 or (name.startswith(final) and not name.endswith("_record"))]
     assert sorted(emitted) == sorted(expected)
-    assert "passkit_08_codegen_python_forward_generated" in emitted
+    assert "passkit_11_codegen_python_forward_generated" in emitted
     assert sum(name.endswith("_record") for name in emitted) == len(passkit.load_pipeline("training-python").steps)

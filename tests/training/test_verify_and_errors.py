@@ -55,7 +55,7 @@ def test_numerics_verification_names_the_first_deviating_step(tmp_path, bad_pass
     # 2*3 summed over 4 columns is 24; 2+3 summed is 20.
     assert str(info.value) == (
         f"{pipeline}: steps[0] (test.mul_to_add) changed numerics: max |diff| 4 in output[0] of graph forward "
-        f"(rtol 0.0001, atol 1e-05) (reproducer: {repro}/06-test.mul_to_add)"
+        f"(rtol 0.0001, atol 1e-05) (reproducer: {repro}/07-test.mul_to_add)"
     )
 
 
@@ -69,7 +69,7 @@ def test_numerics_verification_names_the_backward_when_only_gradients_deviate(tm
         compiled(torch.full((3, 4), 2.0), torch.full((4,), 3.0, requires_grad=True))
     message = str(info.value)
     assert message.startswith(f"{pipeline}: steps[0] (test.mul_to_add) changed numerics: max |diff| ")
-    assert message.endswith(f" in grad[0] of graph backward (rtol 0.0001, atol 1e-05) (reproducer: {repro}/06-test.mul_to_add)")
+    assert message.endswith(f" in grad[0] of graph backward (rtol 0.0001, atol 1e-05) (reproducer: {repro}/07-test.mul_to_add)")
 
 
 SHIPPED = sorted(path.stem for path in (Path(passkit.__file__).parent / "pipelines").glob("*.toml"))
@@ -179,5 +179,5 @@ def test_a_pass_that_drops_a_gradient_fails_numerics_verification(tmp_path, regi
     assert str(info.value) == (
         f"{pipeline}: steps[0] (test.drop_grad) changed numerics: "
         f"tensor (4,) torch.float32 vs None in grad[0] of graph backward (rtol 0.0001, atol 1e-05) "
-        f"(reproducer: {repro}/06-test.drop_grad)"
+        f"(reproducer: {repro}/07-test.drop_grad)"
     )
