@@ -58,7 +58,6 @@ def core_aten_table() -> dict[Any, Callable[..., Any]]:
         name = getattr(op, "_opname", "")
         if op not in table and name.endswith("_functional") and torch.Tag.core not in op.tags:
             table[op] = fn
-    table.update(lowering_to_core())
     # torch's table lowers empty_like to empty_permuted, which is not Core ATen and which no
     # torch table lowers further; empty_strided is.
     table.setdefault(torch.ops.aten.empty_permuted.default, _empty_permuted_as_strided)
@@ -142,7 +141,9 @@ def full_table() -> dict[Any, Callable[..., Any]]:
 def decompositions_for(ops: Sequence[Any]) -> dict[Any, Callable[..., Any]]:
     import torch._decomp
 
-    return with_corrected_layouts(torch._decomp.get_decompositions(list(ops)))
+    own = lowering_to_core()
+    found = with_corrected_layouts(torch._decomp.get_decompositions(list(ops)))
+    return {**found, **{op: own[op] for op in ops if op in own}}
 
 # Ops whose meaning is about autograd, not values: lowering them before ``joint`` (detach ->
 # alias) would let gradients through.

@@ -15,7 +15,9 @@ laid out like the query, as the kernel does.
 **Left outside Core ATen.** The functional batch norm's decomposition (which passkit's
 ``core_aten`` table adds, since torch's leaves the op whole) computes its statistics with
 ``var_mean``, which is not Core ATen and whose only torch decomposition goes through prims that
-functionalization refuses; ``lowering_to_core`` lowers it to ``var`` and ``mean``.
+functionalization refuses; ``lowering_to_core`` lowers it to ``var`` and ``mean`` for a step that
+names it in ``extra`` (the ``export`` pipeline does). The ``core_aten`` table itself keeps it: the
+Triton plugin fuses a layer norm's one ``var_mean`` reduction into one kernel.
 
 **Indices kept as tensors.** torch's ``take`` decomposition indexes with Python's ``[]``, which
 reads a 0-dim index tensor as a number (``.item()``): the trace then needs that number as a
@@ -76,5 +78,6 @@ def _var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepd
 
 
 def lowering_to_core() -> dict[Any, Callable[..., Any]]:
-    """Decompositions of ops that torch's Core ATen tables leave outside Core ATen."""
+    """passkit's decompositions of ops that torch's Core ATen tables leave outside Core ATen, for
+    a ``decompose`` step's ``extra``."""
     return {torch.ops.aten.var_mean.correction: _var_mean}

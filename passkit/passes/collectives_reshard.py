@@ -51,10 +51,15 @@ def _chain(wait: Node) -> list[Node]:
     return chain
 
 
-@graph_pass("collectives.reshard", requires={"joint"}, training_only=True)
+# Requires no more than a functional program: a pipeline that adds its own partitioner right
+# after ``joint`` (an overlay's ``after = "joint"``) stays valid, and the step, finding no joint
+# graph to choose in, says so instead of refusing the file.
+@graph_pass("collectives.reshard", requires={"functional"}, training_only=True)
 def reshard(program: Program, *, after_forward: bool = False) -> bool:
     """Gather parameters again in the backward (after_forward) instead of saving them."""
     if "joint" not in program.graphs:
+        if after_forward:
+            program.record_stat("skipped", "no joint graph: put the step before the partitioner")
         return False
     gm = program.graphs["joint"]
     gathers = [n for n in gm.graph.nodes if _torch.collective_kind(n) == "all_gather" and len(n.users) == 1

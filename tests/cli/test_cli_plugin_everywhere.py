@@ -30,7 +30,7 @@ def test_validate_and_explain_take_plugin(cli, exploding: Path) -> None:
     unknown = cli.invoke(main, ["validate", "exploding.toml"])
     assert unknown.exit_code == 2 and "unknown pass 'planted.explode'" in unknown.stderr
     validated = cli.invoke(main, ["validate", "exploding.toml", "--plugin", "planted_bugs"])
-    assert (validated.exit_code, validated.stdout) == (0, "ok  exploding.toml (9 steps)\n")
+    assert (validated.exit_code, validated.stdout) == (0, "ok  exploding.toml (12 steps)\n")
     explained = cli.invoke(main, ["explain", "exploding.toml", "--plugin", "planted_bugs"])
     assert explained.exit_code == 0, explained.output
     assert re.search(r"^2\s+planted\.explode\s", explained.stdout, re.MULTILINE), explained.stdout

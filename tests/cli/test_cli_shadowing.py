@@ -31,4 +31,4 @@ def test_passkit_runs_from_a_folder_holding_a_passkit_folder(tmp_path: Path, com
     assert "functionalize" in done.stdout and "failed to import" not in done.stdout
     checked = subprocess.run([*COMMANDS[command], "validate", "training-python"], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=300)
-    assert (checked.returncode, checked.stdout, checked.stderr) == (0, "ok  training-python (8 steps)\n", "")
+    assert (checked.returncode, checked.stdout, checked.stderr) == (0, "ok  training-python (11 steps)\n", "")

@@ -91,7 +91,8 @@ def test_symbolic_sizes_through_min_cut_full_decomposition_and_verify(tmp_path, 
     _assert_steps_match_eager(model, compiled, [3, 2])
     report = compiled.passkit_reports[0]
     ran = [r.id for r in report.records if r.status == "ran"]
-    assert ran == ["functionalize", "decompose", "attention", "joint", "partition.torch_min_cut", "fx.cse", "fx.dce", "codegen.python"]
+    assert ran == ["functionalize", "decompose", "attention", "joint", "partition.torch_min_cut", "collectives.reshard",
+                   "fx.cse", "fx.dce", "collectives.bucket", "collectives.overlap", "codegen.python"]
 
 
 def test_a_size_passed_as_an_argument_is_a_graph_input() -> None:

@@ -143,8 +143,9 @@ def test_detach_still_stops_gradients_when_decomposing_before_joint(tmp_path) ->
 
 
 def test_core_aten_target_is_ops_tagged_core(tmp_path) -> None:
-    def fn(x):  # hypot is not Core ATen, and torch's Core ATen table leaves it whole
-        return torch.hypot(x, x.flip(0))
+    def fn(x):
+        var, mean = torch.var_mean(x, dim=0)
+        return var + mean
 
     def pipeline(extra: str) -> str:
         path = tmp_path / "p.toml"
@@ -156,10 +157,10 @@ def test_core_aten_target_is_ops_tagged_core(tmp_path) -> None:
     with pytest.raises(passkit.VerificationError) as info:
         passkit.aot_function(fn, pipeline=pipeline(""))(torch.randn(4, 3))
     assert str(info.value).endswith(
-        "steps[1] (decompose) broke fact 'decomposed': ops outside the target opset: aten.hypot.default "
+        "steps[1] (decompose) broke fact 'decomposed': ops outside the target opset: aten.var_mean.correction "
         f"(reproducer: {tmp_path / 'repro'}/02-decompose)"
     )
-    lowered = passkit.aot_function(fn, pipeline=pipeline('extra = ["aten.hypot.default"]'))
+    lowered = passkit.aot_function(fn, pipeline=pipeline('extra = ["aten.var_mean.correction"]'))
     x = torch.randn(4, 3)
     torch.testing.assert_close(lowered(x), fn(x))
 
@@ -222,16 +223,3 @@ def test_nothing_to_decompose_sees_ops_that_tracing_breaks_up_by_itself() -> Non
     assert not _torch.nothing_to_decompose(pre, {})
     assert _torch.nothing_to_decompose(post, {})
     assert not _torch.nothing_to_decompose(post, {torch.ops.aten.addmm.default: None})
-
-
-def test_core_aten_lowers_var_mean_which_torchs_core_table_leaves_whole() -> None:
-    """The functional batch norm's decomposition computes var_mean; passkit lowers it to Core ATen."""
-    def fn(x):
-        var, mean = torch.var_mean(x, dim=0, correction=0)
-        return var + mean
-
-    compiled = passkit.aot_function(fn, pipeline="inference-python", verify="facts")
-    x = torch.randn(4, 3)
-    torch.testing.assert_close(compiled(x), fn(x))
-    (report,) = compiled.passkit_reports
-    assert report.records[1].id == "decompose" and report.records[1].status == "ran"
