@@ -51,10 +51,10 @@ def _chain(wait: Node) -> list[Node]:
     return chain
 
 
-# Requires no more than a functional program: a pipeline that adds its own partitioner right
-# after ``joint`` (an overlay's ``after = "joint"``) stays valid, and the step, finding no joint
-# graph to choose in, says so instead of refusing the file.
-@graph_pass("collectives.reshard", requires={"functional"}, training_only=True)
+# Requires no fact: an overlay that puts its own partitioner, or another joint-graph step, right
+# after ``joint`` (``after = "joint"``) keeps a pipeline that loads, and the step, finding no
+# joint graph to choose in, says so instead of refusing the file.
+@graph_pass("collectives.reshard", training_only=True)
 def reshard(program: Program, *, after_forward: bool = False) -> bool:
     """Gather parameters again in the backward (after_forward) instead of saving them."""
     if "joint" not in program.graphs:
