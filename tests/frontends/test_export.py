@@ -248,3 +248,25 @@ def test_a_package_runs_a_mounted_files_slot_steps_inside_its_compile(tmp_path: 
     assert metadata["passkit.fingerprint"] == passkit.load_pipeline("inductor-post-grad").fingerprint()
     ((args, kwargs),) = MODELS["llama"].checks
     _assert_equal(leaves(runner(*args, **kwargs)), _eager(MODELS["llama"], model, args, kwargs))
+
+
+def test_what_export_and_package_are_handed_is_checked_in_one_line() -> None:
+    with pytest.raises(PasskitError) as not_a_module:
+        passkit.export(lambda x: x + 1, (torch.randn(2),))
+    assert str(not_a_module.value) == "passkit.export: expected an nn.Module, got function"
+    with pytest.raises(PasskitError) as not_a_program:
+        passkit.package(torch.nn.Linear(2, 2), "p.pt2")
+    assert str(not_a_program.value) == "passkit.package: expected an ExportedProgram, got Linear"
+
+
+def test_a_program_torch_already_decomposed_is_refused_in_one_line() -> None:
+    from passkit.frontends.export import export_program, resolve_export_pipeline
+
+    model = MODELS["batchnorm_train"].build()
+    decomposed = torch.export.export(model, MODELS["batchnorm_train"].args).run_decompositions()
+    with pytest.raises(PasskitError) as info:
+        export_program(decomposed, resolve_export_pipeline("export", {}))
+    assert str(info.value) == (
+        "passkit.export: the captured program already has BUFFER_MUTATION outputs; export it with "
+        "torch.export.export and pass that model, not a decomposed program"
+    )
