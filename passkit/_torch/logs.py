@@ -207,6 +207,22 @@ def _wrapped_argument_names(names: list[tuple[str, bool]]) -> list[tuple[str, bo
 _FRAME_STARTS: list[Callable[[Any, str, str], None]] = []
 
 
+def _add_dynamo_callback(which: str, callback: Callable[[Any], None], handlers: list[Any], handler: Any) -> bool:
+    """Put passkit's ``callback`` among Dynamo's ``which`` ("start" or "end") callbacks once (again
+    after ``torch._dynamo.reset()`` cleared it) and ``handler`` among those it calls; False where
+    torch has no such callbacks."""
+    try:
+        callbacks = torch._dynamo.callback_handler
+        installed = callback in getattr(callbacks, f"{which}_callbacks")
+    except AttributeError:
+        return False
+    if not installed:
+        getattr(callbacks, f"register_{which}_callback")(callback)
+    if handler not in handlers:
+        handlers.append(handler)
+    return True
+
+
 def on_dynamo_frame_start(handler: Callable[[Any, str, str], None]) -> bool:
     """Call ``handler(backend, where, compile_id)`` each time Dynamo starts tracing a frame:
     the backend object given to ``torch.compile`` (unwrapped), ``Fn.name at file.py:12`` and
@@ -214,16 +230,7 @@ def on_dynamo_frame_start(handler: Callable[[Any, str, str], None]) -> bool:
     read off Dynamo's ``_compile`` frame on the stack. Returns False where torch has no start
     callbacks. Cheap to call again: ``torch._dynamo.reset()`` clears Dynamo's callbacks, and a
     second call puts passkit's back; a failing lookup calls nothing."""
-    try:
-        callbacks = torch._dynamo.callback_handler
-        installed = _frame_started in callbacks.start_callbacks
-    except AttributeError:
-        return False
-    if not installed:
-        callbacks.register_start_callback(_frame_started)
-    if handler not in _FRAME_STARTS:
-        _FRAME_STARTS.append(handler)
-    return True
+    return _add_dynamo_callback("start", _frame_started, _FRAME_STARTS, handler)
 
 
 def _frame_started(args: Any) -> None:
@@ -254,16 +261,7 @@ _COMPILE_ENDS: list[Callable[[], None]] = []
 def on_dynamo_compile_end(handler: Callable[[], None]) -> bool:
     """Call ``handler()`` once, when the Dynamo compile under way (or the next one) ends; False
     where torch has no end callbacks. Asking twice before the end calls it once."""
-    try:
-        callbacks = torch._dynamo.callback_handler
-        installed = _compile_ended in callbacks.end_callbacks
-    except AttributeError:
-        return False
-    if not installed:
-        callbacks.register_end_callback(_compile_ended)
-    if handler not in _COMPILE_ENDS:
-        _COMPILE_ENDS.append(handler)
-    return True
+    return _add_dynamo_callback("end", _compile_ended, _COMPILE_ENDS, handler)
 
 
 def _compile_ended(args: Any) -> None:
