@@ -20,7 +20,7 @@ from torch.fx import traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-__all__ = ["Layout", "is_subclass", "is_traceable", "layout_of", "flatten_value", "leaves_like", "unflatten_value", "trace_flat"]
+__all__ = ["Layout", "sizes_traced_when_used", "is_subclass", "is_traceable", "layout_of", "flatten_value", "leaves_like", "unflatten_value", "trace_flat"]
 
 
 def is_subclass(value: Any) -> bool:
@@ -113,22 +113,36 @@ def leaves_like(value: Any, layout: Layout) -> list[Any]:
     return leaves
 
 
-def unflatten_value(layout: Layout, leaves: Iterator[Any], *, runtime: bool = False) -> Any:
+def unflatten_value(layout: Layout, leaves: Iterator[Any], *, runtime: bool = False, shaped_like: Any = None) -> Any:
     """Build a subclass value of ``layout`` from the next plain tensors of ``leaves``.
 
     While tracing, the recorded outer size and stride are passed (symbolic where Dynamo made
-    them so); at run time a recorded size that holds a symbol is not passed: the subclass
-    derives it from its inner tensors (a jagged tensor's from its offsets).
+    them so), or those of ``shaped_like``: a value the traced function built itself, whose
+    ragged size is a nested int of this trace, not the one recorded. At run time a recorded size
+    that holds a symbol is not passed: the subclass derives it from its inner tensors (a jagged
+    tensor's from its offsets).
     """
     inner = {
-        attr: next(leaves) if sub is None else unflatten_value(sub, leaves, runtime=runtime)
+        attr: next(leaves) if sub is None else unflatten_value(
+            sub, leaves, runtime=runtime, shaped_like=None if shaped_like is None else getattr(shaped_like, attr))
         for attr, sub in layout.inner.items()
     }
     inner.update(layout.constants)
     size, stride = layout.outer_size, layout.outer_stride
+    if shaped_like is not None:
+        size, stride = tuple(shaped_like.size()), tuple(shaped_like.stride())
     if runtime and not all(isinstance(d, int) for d in (*size, *stride)):
         size, stride = None, None
     return layout.cls.__tensor_unflatten__(inner, layout.context, size, stride)  # type: ignore[attr-defined]
+
+
+def sizes_traced_when_used() -> contextlib.AbstractContextManager[None]:
+    """While tracing, record size arithmetic only where a traced op uses its result, as AOT
+    Autograd traces its joint: a jagged tensor built inside multiplies its ragged size (a nested
+    int, which no graph value carries) by a stride that nothing may read."""
+    from torch.fx.experimental.proxy_tensor import maybe_enable_thunkify
+
+    return maybe_enable_thunkify()
 
 
 def trace_flat(fn: Callable[..., Any], flat_args: Sequence[Any], arg_names: Sequence[str]) -> GraphModule:

@@ -14,7 +14,7 @@ builds it back into.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch.fx import GraphModule
@@ -24,20 +24,32 @@ from passkit._torch.subclasses import Layout
 from passkit.errors import PasskitError
 from passkit.core.program import Program
 
-__all__ = ["SubclassSource", "SubclassJoint"]
+__all__ = ["CAPTURED_SOURCE", "CAPTURED_SOURCE_UNCACHED", "SubclassSource", "SubclassJoint"]
+
+# The note that holds a program's ``SubclassSource``: the graph ``joint`` differentiates.
+CAPTURED_SOURCE = "captured_source"
+CAPTURED_SOURCE_UNCACHED = (
+    "its joint is differentiated from the captured graph (tensor subclasses, a custom autograd.Function, "
+    "a jagged tensor built inside, or an in-place write autograd does not record), which the cache key does not cover"
+)
 
 
 @dataclass
 class SubclassSource:
     """The captured graph over subclass values, and how its values map to the flat program."""
 
-    graph: GraphModule
+    graph: GraphModule | Callable[..., Any]  # or the user's function, where its trace lost a Function's backward
     input_layouts: list[Layout | None]
     output_layouts: list[Layout | None]
     input_names: list[str]  # one per caller input
     symbolic: bool
     flat_inputs: list[Any] = field(default_factory=list)  # the real inner tensors it was compiled for
     grad_layouts: dict[int, Layout] = field(default_factory=dict)
+
+    def plain_grad_layouts(self) -> dict[int, Layout]:
+        """The subclass layouts of plain inputs' gradients, by flat input position."""
+        spans = self.spans(self.input_layouts)
+        return {spans[p][0]: grad for p, grad in self.grad_layouts.items() if self.input_layouts[p] is None}
 
     def spans(self, layouts: Sequence[Layout | None]) -> list[range]:
         """Which flat positions each value takes."""
@@ -58,39 +70,65 @@ class SubclassJoint:
 
     def __init__(self, program: Program, source: SubclassSource) -> None:
         io = program.io("main")
-        if any(d.kind == "mutation" for d in io.outputs):
+        self.source = source
+        self.in_spans = source.spans(source.input_layouts)
+        self.out_spans = source.spans(source.output_layouts)
+        owner = {i: p for p, span in enumerate(self.in_spans) for i in span}
+        # Inputs the program writes in place, in the order of its leading ``mutation`` outputs;
+        # known once ``functionalize`` ran (capture's run clones every input instead).
+        self.mutated = [owner[d.index] for d in io.outputs if d.kind == "mutation"]
+        if any(source.input_layouts[p] is not None for p in self.mutated):
             raise PasskitError(
                 "passkit: a program over tensor subclasses mutates an input; "
                 "training such a program is not supported, so compile it without the in-place update"
             )
-        self.source = source
-        self.in_spans = source.spans(source.input_layouts)
-        self.out_spans = source.spans(source.output_layouts)
         inputs = program.signature.inputs
         # The values eager differentiates: a subclass input if it needs grad, a plain one likewise.
         self.wrt = [
             p for p, (layout, span) in enumerate(zip(source.input_layouts, self.in_spans))
             if (layout.requires_grad if layout is not None else inputs[span[0]].requires_grad)
         ]
-        self.grad_inputs = [i for i, info in enumerate(inputs) if info.requires_grad]
+        functional = "functional" in program.facts
         with program.fake_mode, torch.enable_grad():
-            outs = self._run(program.example_inputs)
+            outs = self._run(program.example_inputs, fresh=None if functional else range(len(self.in_spans)))
             self.diff_values = [j for j, out in enumerate(outs) if _is_float(out) and out.requires_grad]
             flat_outs = self._flatten(outs)
-            self.diff_outputs = [k for j in self.diff_values for k in self.out_spans[j] if _is_float(flat_outs[k])]
-            self.tangent_examples = [torch.empty_like(flat_outs[k]) for k in self.diff_outputs]
+            # A write the runtime puts back under no_grad carries no gradient back, as in eager.
+            self.diff_mutations = [
+                m for m, p in enumerate(self.mutated)
+                if _is_float(self.last_args[p]) and self.last_args[p].requires_grad
+                and not inputs[self.in_spans[p][0]].mutated_under_no_grad
+            ]
+            self.diff_user = [k for j in self.diff_values for k in self.out_spans[j] if _is_float(flat_outs[k])]
+            self.diff_outputs = self.diff_mutations + [len(self.mutated) + k for k in self.diff_user]
+            self.tangent_examples = [torch.empty_like(self.last_args[self.mutated[m]]) for m in self.diff_mutations]
+            self.tangent_examples += [torch.empty_like(flat_outs[k]) for k in self.diff_user]
             self._record_grad_layouts(program, outs)
+        # One gradient output per input that requires grad; a plain input whose gradient is a
+        # subclass (a plain weight times a TwoTensor) has one per inner tensor of that gradient,
+        # which the runtime builds into it (``SubclassSource.plain_grad_layouts``).
+        self.grad_inputs = [
+            i for i, info in enumerate(inputs) if info.requires_grad
+            for _ in range(self._plain_grad_width(owner[i]))
+        ]
         for info in program.signature.outputs:
             info.requires_grad = False
         for j in self.diff_values:
             for k in self.out_spans[j]:
                 program.signature.outputs[k].requires_grad = _is_float(flat_outs[k])
 
-    def _args(self, primals: Sequence[Any]) -> list[Any]:
+    def _args(self, primals: Sequence[Any], fresh: Any) -> list[Any]:
         args = []
-        for layout, span in zip(self.source.input_layouts, self.in_spans):
+        self.copied = set()
+        for p, (layout, span) in enumerate(zip(self.source.input_layouts, self.in_spans)):
             if layout is None:
-                args.append(primals[span[0]])
+                value = primals[span[0]]
+                # Written in place: a copy, so that autograd sees the input before the write
+                # (as AOT Autograd clones such an input) and the primal itself stays unwritten.
+                if p in fresh and isinstance(value, torch.Tensor):
+                    self.copied.add(p)
+                    value = value.clone()
+                args.append(value)
                 continue
             leaves = iter(primals[k].detach() for k in span)
             value = torch_subclasses.unflatten_value(layout, leaves)
@@ -99,10 +137,12 @@ class SubclassJoint:
             args.append(value)
         return args
 
-    def _run(self, primals: Sequence[Any]) -> list[Any]:
+    def _run(self, primals: Sequence[Any], fresh: Any = None) -> list[Any]:
         # The subclass values of this run stay for ``_grads``, which differentiates with respect to them.
-        self.last_args = self._args(primals)
-        outs = torch.fx.Interpreter(self.source.graph).run(*self.last_args)
+        self.last_args = self._args(primals, self.mutated if fresh is None else fresh)
+        self.last_primals = list(primals)
+        graph = self.source.graph
+        outs = torch.fx.Interpreter(graph).run(*self.last_args) if isinstance(graph, GraphModule) else graph(*self.last_args)
         return list(outs) if isinstance(outs, (tuple, list)) else [outs]
 
     def _flatten(self, outs: Sequence[Any]) -> list[Any]:
@@ -112,19 +152,22 @@ class SubclassJoint:
         return flat
 
     def _grads(self, outs: Sequence[Any], tangents: Sequence[Any], flat_outs: Sequence[Any]) -> list[Any]:
-        by_leaf = dict(zip(self.diff_outputs, tangents))
-        grad_outputs = []
+        n_mutations = len(self.diff_mutations)
+        by_leaf = dict(zip(self.diff_user, tangents[n_mutations:]))
+        targets = [self.last_args[self.mutated[m]] for m in self.diff_mutations]
+        grad_outputs = list(tangents[:n_mutations])
         for j in self.diff_values:
             layout, span = self.source.output_layouts[j], self.out_spans[j]
+            targets.append(outs[j])
             if layout is None:
                 grad_outputs.append(by_leaf[span[0]])
             else:
                 # A leaf without a tangent (a jagged tensor's offsets) is the output's own.
                 leaves = iter(by_leaf.get(k, flat_outs[k]) for k in span)
-                grad_outputs.append(torch_subclasses.unflatten_value(layout, leaves))
-        wrt = [self.last_args[p] for p in self.wrt]
-        grads = torch.autograd.grad([outs[j] for j in self.diff_values], wrt, grad_outputs, allow_unused=True)
-        return list(grads)
+                grad_outputs.append(torch_subclasses.unflatten_value(layout, leaves, shaped_like=outs[j]))
+        # Each input's gradient is taken at the value the caller passed, not the copy that was written.
+        wrt = [self.last_primals[self.in_spans[p][0]] if p in self.copied else self.last_args[p] for p in self.wrt]
+        return list(torch.autograd.grad(targets, wrt, grad_outputs, allow_unused=True))
 
     def _record_grad_layouts(self, program: Program, outs: Sequence[Any]) -> None:
         tangents = [torch.ones_like(t) for t in self.tangent_examples]
@@ -135,10 +178,7 @@ class SubclassJoint:
             if grad is None:
                 continue
             if layout is None and torch_subclasses.is_subclass(grad):
-                raise PasskitError(
-                    f"passkit: the gradient of plain input '{name}' is a {type(grad).__name__}, which a compiled "
-                    f"program cannot return; make '{name}' a {type(grad).__name__} too, or compile without it"
-                )
+                self.source.grad_layouts[p] = torch_subclasses.layout_of(grad)
             if layout is not None:
                 grad_layout = torch_subclasses.layout_of(grad) if torch_subclasses.is_subclass(grad) else None
                 if grad_layout is None or grad_layout.leaves != layout.leaves:
@@ -149,21 +189,32 @@ class SubclassJoint:
                     )
                 self.source.grad_layouts[p] = grad_layout
 
+    def _plain_grad_width(self, p: int) -> int:
+        """How many gradient outputs caller input ``p`` has, if it is plain: one, or one per inner
+        tensor of its subclass gradient."""
+        grad_layout = self.source.grad_layouts.get(p)
+        return grad_layout.leaves if self.source.input_layouts[p] is None and grad_layout is not None else 1
+
     def __call__(self, *flat: Any) -> tuple[Any, ...]:
         n = sum(len(span) for span in self.in_spans)
         primals, tangents = flat[:n], flat[n:]
-        with torch.enable_grad():
-            outs = self._run(primals)
-        flat_outs = self._flatten(outs)
-        grads = self._grads(outs, tangents, flat_outs) if self.diff_values and self.wrt else [None] * len(self.wrt)
+        with torch_subclasses.sizes_traced_when_used():
+            with torch.enable_grad():
+                outs = self._run(primals)
+            flat_outs = self._flatten(outs)
+            grads = self._grads(outs, tangents, flat_outs) if self.diff_outputs and self.wrt else [None] * len(self.wrt)
         grad_of = dict(zip(self.wrt, grads))
         owner = {i: p for p, span in enumerate(self.in_spans) for i in span}
-        flat_grads = []
-        for i in self.grad_inputs:
+        flat_grads: list[Any] = []
+        for i in dict.fromkeys(self.grad_inputs):
             p = owner[i]
             grad = grad_of.get(p)
-            if grad is None or self.source.input_layouts[p] is None:
+            width = self._plain_grad_width(p)
+            if width > 1:
+                flat_grads += torch_subclasses.flatten_value(grad) if torch_subclasses.is_subclass(grad) else [None] * width
+            elif grad is None or self.source.input_layouts[p] is None:
                 flat_grads.append(grad)
             else:
                 flat_grads.append(torch_subclasses.flatten_value(grad)[i - self.in_spans[p][0]])
-        return (*flat_outs, *flat_grads)
+        written = [self.last_args[p] for p in self.mutated]
+        return (*written, *flat_outs, *flat_grads)

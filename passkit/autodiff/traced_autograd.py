@@ -3,14 +3,14 @@
 The graph records ops only. Two facts live on the autograd tape while the function runs:
 which outputs require grad (``a.view(-1).requires_grad_()`` makes one without an op), and
 whether a custom ``torch.autograd.Function`` ran. Such a Function's backward never reaches the
-graph: ``joint`` would differentiate its forward instead, a silent wrong gradient, so capture
-refuses it with one line (``on_error = "eager"`` then runs the function uncompiled).
+graph, so differentiating the traced forward would be a silent wrong gradient wherever the
+backward is not the forward's derivative: capture then keeps the user's function, and ``joint``
+differentiates that with autograd, which runs the Function's own backward (as AOT Autograd does).
 
 Dynamo records such a Function as one ``autograd_function_apply`` node with its forward and
-backward as subgraphs. passkit's forward-only traces (``functionalize``, ``decompose``) run that
-op below autograd, which inlines the forward and drops the backward, so a training program that
-calls one is refused the same way (``refuse_custom_functions_in_graph``): differentiating the
-forward gave a silent wrong gradient (a Function returning its input, whose backward scales).
+backward as subgraphs; passkit's forward-only traces (``functionalize``, ``decompose``) run that
+op below autograd, which inlines the forward. ``calls_custom_function`` finds such a node, and
+capture keeps Dynamo's graph for ``joint`` in the same way.
 """
 
 from __future__ import annotations
@@ -24,14 +24,7 @@ from torch.fx import GraphModule
 
 from passkit import _torch
 
-from passkit.errors import PasskitError
-
-__all__ = ["CUSTOM_FUNCTION_ERROR", "TapeObserver", "refuse_custom_functions_in_graph"]
-
-CUSTOM_FUNCTION_ERROR = (
-    "passkit: the program calls the custom torch.autograd.Function '{name}', whose own backward "
-    "passkit cannot keep; call it outside the compiled function, or use on_error = \"eager\""
-)
+__all__ = ["TapeObserver", "calls_custom_function"]
 
 # passkit's and torch's own Functions (checkpoint, generated ones): their backward is the
 # derivative of their forward, so differentiating the forward is exact.
@@ -59,13 +52,12 @@ class TapeObserver:
 
     def __init__(self) -> None:
         self.requires_grad: list[bool] | None = None
+        self.custom_function: str | None = None  # the first user Function the outputs depend on
 
     def observe(self, outputs: Sequence[Any]) -> None:
         self.requires_grad = [isinstance(o, torch.Tensor) and o.requires_grad for o in outputs]
-        if torch.is_grad_enabled():
-            name = _custom_function(outputs)
-            if name is not None:
-                raise PasskitError(CUSTOM_FUNCTION_ERROR.format(name=name))
+        if torch.is_grad_enabled() and self.custom_function is None:
+            self.custom_function = _custom_function(outputs)
 
 
 # Dynamo's node for a Function keeps no class, only the stack trace of the ``.apply`` call; its
@@ -87,12 +79,12 @@ def _applied_function(stack_trace: str) -> str | None:
     return names[-1] if names else "<unknown>"
 
 
-def refuse_custom_functions_in_graph(gm: GraphModule) -> None:
-    """Refuse a training graph from Dynamo that calls a user's custom autograd.Function."""
-    for graph in _torch.graph_and_subgraphs(gm):
-        for node in graph.graph.nodes:
-            if node.op != "call_function" or getattr(node.target, "__name__", None) != "autograd_function_apply":
-                continue
-            name = _applied_function(str(node.meta.get("stack_trace") or ""))
-            if name is not None:
-                raise PasskitError(CUSTOM_FUNCTION_ERROR.format(name=name))
+def calls_custom_function(gm: GraphModule) -> bool:
+    """Whether a graph from Dynamo calls a user's custom autograd.Function (at any depth)."""
+    return any(
+        node.op == "call_function"
+        and getattr(node.target, "__name__", None) == "autograd_function_apply"
+        and _applied_function(str(node.meta.get("stack_trace") or "")) is not None
+        for graph in _torch.graph_and_subgraphs(gm)
+        for node in graph.graph.nodes
+    )

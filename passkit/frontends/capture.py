@@ -17,7 +17,8 @@ from passkit import _torch
 from passkit.errors import PasskitError
 from passkit.core.program import Desc, GraphIO, InputInfo, OutputInfo, Program, Signature
 from passkit.runtime.subclasses import FlatGraph, flatten_subclasses, record_subclasses
-from passkit.autodiff.traced_autograd import TapeObserver, refuse_custom_functions_in_graph
+from passkit.autodiff.hidden_writes import find_hidden_writes
+from passkit.autodiff.traced_autograd import TapeObserver, calls_custom_function
 
 __all__ = ["LOST_VALUE_ERROR", "program_from_graph", "program_from_flat_graph", "program_from_function"]
 
@@ -209,7 +210,7 @@ def _inline(gm: GraphModule, node: Any, operands: Sequence[Any], on_copy: Callab
     gm.graph.erase_node(node)
 
 
-def _fake_inputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[Any], Any]:
+def _fake_inputs(gm: GraphModule, real_inputs: Sequence[Any], source: GraphModule) -> tuple[list[Any], Any]:
     """Fake twins of the inputs, in the fake mode they came from when there is one.
 
     Dynamo's graphs with symbolic sizes are traced on Dynamo's own fakes (their sizes are
@@ -221,22 +222,26 @@ def _fake_inputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[Any]
     if traced is not None and _torch.has_symbolic_sizes(traced[0]):
         fakes = list(traced[0])
         return fakes, _torch.fake_mode_of(fakes)
-    fake_mode = _torch.fake_mode_of(real_inputs) or _torch.new_fake_mode(shape_env=_torch.needs_shape_env(gm))
+    # The graph over subclasses (``source``) may build a NestedTensor where the flat one does not.
+    shape_env = _torch.needs_shape_env(gm) or _torch.needs_shape_env(source)
+    fake_mode = _torch.fake_mode_of(real_inputs) or _torch.new_fake_mode(shape_env=shape_env)
     return [_torch.fakify(fake_mode, x) for x in real_inputs], fake_mode
 
 
 def program_from_graph(
-    gm: GraphModule, real_inputs: Sequence[Any], *, kinds: Sequence[str | None] | None = None
+    gm: GraphModule, real_inputs: Sequence[Any], *, kinds: Sequence[str | None] | None = None,
+    source: GraphModule | None = None,
 ) -> Program:
     """Build a ``Program`` whose ``main`` is ``gm`` (Dynamo's graph or a captured trace).
 
     ``kinds`` names each input's kind; a ``None`` there (or no ``kinds``) is read off the input.
+    ``source`` is the graph over subclass values that ``gm`` was flattened from, if any.
     """
     _inline_checkpoint_regions(gm)
     _inline_symbolic_regions(gm)
     _inline_regions_that_write_operands(gm)
     _torch.specialize_float_inputs(gm)
-    fakes, fake_mode = _fake_inputs(gm, real_inputs)
+    fakes, fake_mode = _fake_inputs(gm, real_inputs, gm if source is None else source)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(real_inputs):
         raise ValueError(f"graph has {len(placeholders)} inputs but {len(real_inputs)} example inputs were given")
@@ -255,15 +260,15 @@ def program_from_graph(
             )
         )
     outputs, training = _analyse_outputs(gm, real_inputs)
-    if training:
-        refuse_custom_functions_in_graph(gm)
-        _refuse_training_on_nested_built_inside(gm)
+    # Differentiated at the level the user wrote, as AOT Autograd does: the graph kept as captured.
+    requires_grad = [info.requires_grad for info in inputs]
+    source = _copy_of(gm) if training and _forward_traces_lose_the_gradient(gm, fakes, requires_grad, fake_mode) else None
     io = GraphIO(
         inputs=[Desc(info.kind, i) for i, info in enumerate(inputs)],
         outputs=[Desc("user", j) for j in range(len(outputs))],
     )
     signature = Signature(inputs=inputs, outputs=outputs, graph_io={"main": io})
-    return Program(
+    program = Program(
         graphs={"main": gm},
         signature=signature,
         example_inputs=fakes,
@@ -271,6 +276,35 @@ def program_from_graph(
         facts={"captured"},
         training=training,
     )
+    if source is not None:
+        _differentiate_as_captured(program, source, real_inputs)
+    return program
+
+
+def _differentiate_as_captured(program: Program, source: Any, real_inputs: Sequence[Any]) -> None:
+    """Have ``joint`` differentiate ``source`` (the captured graph, or the user's function) with
+    autograd, flattening as it traces, as it does for a program over subclasses."""
+    inputs, outputs = program.signature.inputs, program.signature.outputs
+    plain = FlatGraph(program.graphs["main"], list(real_inputs), [None] * len(inputs), [None] * len(outputs),
+                      [info.name for info in inputs], _torch.has_symbolic_sizes(program.example_inputs))
+    record_subclasses(program, plain, source)
+
+
+def _forward_traces_lose_the_gradient(gm: GraphModule, fakes: list[Any], requires_grad: list[bool], fake_mode: Any) -> bool:
+    """Whether differentiating the functional forward would lose eager's gradient: the graph calls
+    a user's ``autograd.Function`` (its backward is its own), builds a jagged NestedTensor (whose
+    ops reach forward-only traces below its autograd rules: ``values()`` is a ``detach``), or
+    writes in place where autograd does not see and then uses the tensor with autograd."""
+    if calls_custom_function(gm) or _torch.builds_nested(gm):
+        return True
+    return find_hidden_writes(gm, fakes, requires_grad, fake_mode).unfollowable is not None
+
+
+def _copy_of(gm: GraphModule) -> GraphModule:
+    """The captured graph as it is now; passes rewrite ``main`` in place (``regions`` outlines it)."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return GraphModule(gm, graph)
 
 
 def program_from_function(
@@ -304,8 +338,8 @@ def program_from_function(
             return None
         flat = flatten_subclasses(gm, real_inputs, kinds)
         if flat is not None:  # the tape saw the subclass values: the stage decides the flags
-            return program_from_flat_graph(flat, gm)
-        return _with_traced_requires_grad(program_from_graph(gm, real_inputs, kinds=kinds), tape)
+            return program_from_flat_graph(flat, gm, joint_source=flat_fn if tape.custom_function else gm)
+        return _as_traced(program_from_graph(gm, real_inputs, kinds=kinds), tape, flat_fn, real_inputs)
 
     try:
         try:
@@ -333,37 +367,25 @@ def program_from_function(
         gm = _torch.trace_graph(flat_fn, fakes(), pre_dispatch=False)
     if _torch.holds_fake_constants(gm):
         raise PasskitError(LOST_VALUE_ERROR)
-    return _with_traced_requires_grad(program_from_graph(gm, real_inputs, kinds=kinds), tape)
+    return _as_traced(program_from_graph(gm, real_inputs, kinds=kinds), tape, flat_fn, real_inputs)
 
 
-def program_from_flat_graph(flat: FlatGraph, gm: GraphModule) -> Program:
-    """The program of a graph ``flatten_subclasses`` took apart; ``gm`` is the graph over subclasses."""
-    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in flat.inputs):
-        _refuse_training_on_nested_built_inside(gm)
-    program = program_from_graph(flat.graph, flat.inputs, kinds=flat.kinds)
-    record_subclasses(program, flat, gm)
+def program_from_flat_graph(flat: FlatGraph, gm: GraphModule, *, joint_source: Any = None) -> Program:
+    """The program of a graph ``flatten_subclasses`` took apart; ``gm`` is the graph over subclasses,
+    which ``joint`` differentiates unless ``joint_source`` (the user's function) is given."""
+    program = program_from_graph(flat.graph, flat.inputs, kinds=flat.kinds, source=gm)
+    record_subclasses(program, flat, gm if joint_source is None else joint_source)
     return program
 
 
-NESTED_BUILT_INSIDE_ERROR = (
-    "passkit: the program builds a jagged NestedTensor from plain tensors and trains through it; "
-    "passkit differentiates subclasses only when they are inputs: build it outside the compiled "
-    'function and pass it in, or use on_error = "eager"'
-)
-
-
-def _refuse_training_on_nested_built_inside(gm: GraphModule) -> None:
-    """Its ops reach passkit's forward-only traces below the NestedTensor's own autograd rules:
-    ``values()`` became a ``detach``, so the parameters after it got no gradient at all."""
-    if _torch.builds_nested(gm):
-        raise PasskitError(NESTED_BUILT_INSIDE_ERROR)
-
-
-def _with_traced_requires_grad(program: Program, tape: TapeObserver) -> Program:
+def _as_traced(program: Program, tape: TapeObserver, fn: Callable[..., Any], real_inputs: Sequence[Any]) -> Program:
     """Outputs need grad as the traced function made them: ``requires_grad_()`` adds the flag
     where the graph computes it from no input that needs grad, and ``torch.autograd.grad``
-    inside the function clears it where the graph computes the gradient from such inputs."""
+    inside the function clears it where the graph computes the gradient from such inputs.
+    A custom ``autograd.Function`` it ran has ``joint`` differentiate the function itself."""
     if tape.requires_grad is not None:
         for info, requires_grad in zip(program.signature.outputs, tape.requires_grad):
             info.requires_grad = requires_grad
+    if program.training and tape.custom_function is not None:
+        _differentiate_as_captured(program, fn, real_inputs)
     return program

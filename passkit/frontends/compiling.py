@@ -24,6 +24,7 @@ import os
 from typing import Any, Callable, Sequence
 
 from passkit import _torch
+from passkit.autodiff.subclasses import CAPTURED_SOURCE, CAPTURED_SOURCE_UNCACHED
 from passkit.core.program import Program
 from passkit.core.progress import log_event
 from passkit.core.report import Report, StepRecord, summary_line
@@ -159,9 +160,9 @@ def run_steps(
     progress = progress or _log_progress(len(pipeline.steps))
     # A notebook's pass reading a value passkit cannot hash: compiled every time, and the report says why.
     refusal = pipeline.cache_refusal() if cache_enabled(pipeline) else None
+    if refusal is None and cache_enabled(pipeline) and CAPTURED_SOURCE in program.notes:
+        refusal = CAPTURED_SOURCE_UNCACHED
     cache = None if refusal else CompileCache.for_compile(pipeline, program, plugins=[name for name, _ in pm.list_name_plugin()])
-    if "subclasses" in program.notes:
-        cache = None  # the key sees the flat graph, not the subclass layouts its joint depends on
     captured = dict(program.graphs)
     report = cache.load(program) if cache is not None else None
     if report is not None:

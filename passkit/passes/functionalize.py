@@ -16,7 +16,8 @@ from torch.fx import GraphModule
 from passkit import _torch
 from passkit.core.hookspecs import hookimpl
 from passkit.core.pass_api import graph_pass
-from passkit.passes.hidden_mutations import HiddenWrites, find_hidden_writes
+from passkit.autodiff.hidden_writes import HiddenWrites, find_hidden_writes
+from passkit.autodiff.subclasses import CAPTURED_SOURCE
 from passkit.core.program import Desc, GraphIO, Program
 
 __all__ = ["functionalize"]
@@ -48,6 +49,8 @@ def functionalize(program: Program) -> bool:
     if program.training:
         requires_grad = [info.requires_grad for info in program.signature.inputs]
         hidden = find_hidden_writes(main, list(program.example_inputs), requires_grad, program.fake_mode)
+        if CAPTURED_SOURCE not in program.notes:  # capture keeps the graph for joint where it found one
+            hidden.refuse()
     # oneDNN's fused LSTM layer leaves its backward's workspace empty when the compiled forward
     # runs without grad mode; ATen's unfused cells compute the same values (see joint's forms).
     with _torch.mkldnn_disabled():

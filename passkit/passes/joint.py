@@ -21,7 +21,7 @@ from passkit.core.hookspecs import hookimpl
 from passkit.core.pass_api import graph_pass
 from passkit.passes.partition_min_cut import MinCutOptions, body_partition
 from passkit.core.program import Desc, GraphIO, Program
-from passkit.autodiff.subclasses import SubclassJoint
+from passkit.autodiff.subclasses import CAPTURED_SOURCE, SubclassJoint
 
 __all__ = ["joint"]
 
@@ -57,7 +57,7 @@ def joint(program: Program, *, bodies: Literal["min_cut", "torch_min_cut"] = "mi
     ``fused_pointwise``) or torch's own min-cut.
     """
     # A program over tensor subclasses is differentiated at their level (``subclass_autodiff``).
-    source = program.notes.get("subclasses")
+    source = program.notes.get(CAPTURED_SOURCE)
     plan = JointPlan(program) if source is None else SubclassJoint(program, source)
     io = program.io("main")
     attention_changed = _torch.attention_statistics_kept(program.graphs["main"])

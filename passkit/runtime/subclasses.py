@@ -28,7 +28,7 @@ from passkit._torch import subclasses as torch_subclasses
 from passkit._torch.subclasses import Layout
 from passkit.errors import PasskitError
 from passkit.core.program import Program, SubclassInfo
-from passkit.autodiff.subclasses import SubclassJoint, SubclassSource
+from passkit.autodiff.subclasses import CAPTURED_SOURCE, SubclassJoint, SubclassSource
 
 __all__ = ["FlatGraph", "SubclassProgram", "flatten_subclasses", "record_subclasses", "with_subclasses", "flat_inputs"]
 
@@ -161,11 +161,11 @@ def _infos(layouts: Sequence[Layout | None]) -> list[SubclassInfo]:
 
 def record_subclasses(program: Program, flat: FlatGraph, gm: GraphModule) -> SubclassSource:
     """Write the subclass structure into the program's signature (what passes can read), and
-    keep the captured graph over subclass values for ``joint`` (``program.notes["subclasses"]``)."""
+    keep the captured graph over subclass values for ``joint`` (``program.notes[CAPTURED_SOURCE]``)."""
     program.signature.subclass_inputs = _infos(flat.input_layouts)
     program.signature.subclass_outputs = _infos(flat.output_layouts)
     source = SubclassSource(gm, flat.input_layouts, flat.output_layouts, flat.input_names, flat.symbolic, flat.inputs)
-    program.notes["subclasses"] = source
+    program.notes[CAPTURED_SOURCE] = source
     if torch.is_grad_enabled() and any(info.requires_grad for info in program.signature.inputs):
         # Which outputs need grad is decided by the subclass values, as eager's autograd sees them.
         SubclassJoint(program, source)
@@ -264,11 +264,11 @@ class SubclassProgram:
 
 def with_subclasses(compiled: Callable[..., Any], program: Program) -> Callable[..., Any]:
     """``compiled`` as the caller calls it: with its subclass values, where the program has any."""
-    source = program.notes.get("subclasses")
+    source = program.notes.get(CAPTURED_SOURCE)
     return compiled if source is None else SubclassProgram(compiled, source)
 
 
 def flat_inputs(program: Program, real_inputs: Sequence[Any]) -> list[Any]:
     """The inputs of the flat program (the subclass values' inner tensors), for compiling it."""
-    source = program.notes.get("subclasses")
+    source = program.notes.get(CAPTURED_SOURCE)
     return list(real_inputs) if source is None else source.flat_inputs

@@ -15,6 +15,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from passkit import _torch
+from passkit._torch.subclasses import unflatten_value
+from passkit.autodiff.subclasses import CAPTURED_SOURCE
 from passkit.runtime.entry_check import EntryCheck
 from passkit.errors import PasskitError
 from passkit.core.program import InputInfo, OutputInfo, Program
@@ -178,10 +180,27 @@ class _CompiledFunction(torch.autograd.Function):
             grads = runtime.backward_fn(*runtime.backward_args(ctx, grad_outputs))
         if runtime.grads_in_input_order:
             return (None, *grads)
+        if runtime.grad_layouts:
+            return (None, *_built_grads(runtime, grads))
         result: list[Any] = [None] * runtime.n_inputs
         for target, grad in zip(runtime.grad_targets, grads):
             result[target] = grad
         return (None, *result)
+
+
+def _built_grads(runtime: CompiledProgram, grads: Sequence[Any]) -> list[Any]:
+    """Each input's gradient, a plain input's subclass gradient built from its inner tensors."""
+    parts: dict[int, list[Any]] = {}
+    for target, grad in zip(runtime.grad_targets, grads):
+        parts.setdefault(target, []).append(grad)
+    result: list[Any] = [None] * runtime.n_inputs
+    for target, leaves in parts.items():
+        layout = runtime.grad_layouts.get(target)
+        if layout is None or any(leaf is None for leaf in leaves):
+            result[target] = leaves[0] if layout is None else None
+        else:
+            result[target] = unflatten_value(layout, iter(leaves), runtime=True)
+    return result
 
 
 class CompiledProgram:
@@ -238,6 +257,8 @@ class CompiledProgram:
                 (False, k) for k in range(self.n_visible)
             ]
             self.grads_in_input_order = self.grad_targets == list(range(self.n_inputs))
+            source = program.notes.get(CAPTURED_SOURCE)
+            self.grad_layouts = {} if source is None else source.plain_grad_layouts()
         else:
             self.main_fn: Callable[..., Any] = program.compiled["main"]
         self.plain_outputs = (

@@ -17,7 +17,7 @@ import torch
 from passkit._torch import concrete, dynamo_input_names, higher_order_ops_on_real_tensors, subgraph_grads_by_running
 from passkit.autodiff.plain import JointPlan, make_joint_fn
 from passkit.verify.compare import DEFAULT_TOLERANCE, compare_values
-from passkit.autodiff.subclasses import SubclassJoint
+from passkit.autodiff.subclasses import CAPTURED_SOURCE, SubclassJoint
 from passkit.core.program import Program
 
 __all__ = ["Observation", "Reference", "observe"]
@@ -98,7 +98,7 @@ def _observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
     if "joint" in graphs:
         return _observe_joint(program, clones, leaves)
     io = program.io("main")
-    source = program.notes.get("subclasses")
+    source = program.notes.get(CAPTURED_SOURCE)
     if source is not None and program.training:
         return _observe_subclass_main(program, clones, source)
     if not any(d.kind == "mutation" for d in io.outputs) and "functional" not in program.facts:

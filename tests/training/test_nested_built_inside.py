@@ -1,13 +1,15 @@
 """A jagged ``NestedTensor`` built inside the compiled function from plain inputs, then a ``Linear``.
 
-Inference matches eager: building one draws its ragged size (a nested int) from the fake mode's
-ShapeEnv, so such a graph gets one (``needs_shape_env``; it failed with "self.shape_env must not
-be None"), and a composite op on it (``linear``) goes to the NestedTensor's own rule, not ATen's
-decomposition, which handed the op back to it without end.
+Building one draws its ragged size (a nested int) from the fake mode's ShapeEnv, so such a
+graph gets one (``needs_shape_env``; it failed with "self.shape_env must not be None"), and a
+composite op on it (``linear``) goes to the NestedTensor's own rule, not ATen's decomposition,
+which handed the op back to it without end.
 
-Training is refused in one line: passkit's forward-only traces run the NestedTensor's ops below
-its autograd rules (``values()`` became a ``detach``, so the Linear got no gradient), where
-torch's AOT path (``aot_eager``, checked here) differentiates at the subclass level.
+Training differentiates at the NestedTensor's level, as torch's AOT path does (``aot_eager``,
+checked here): passkit's forward-only traces run its ops below its autograd rules (``values()``
+became a ``detach``, so the Linear got no gradient), so ``joint`` differentiates the captured
+graph with autograd instead, tracing the size arithmetic of the tensors it builds only where an
+op reads it. The gradients of ``a`` and ``b`` are None in eager too: the constructor copies.
 """
 
 from __future__ import annotations
@@ -82,22 +84,12 @@ def test_torchs_own_aot_path_trains_a_nested_tensor_built_inside(fn: Any) -> Non
 
 @pytest.mark.parametrize("backend", ["training", "training-python"])
 @FUNCTIONS
-def test_training_through_a_nested_tensor_built_inside_is_refused(fn: Any, backend: str) -> None:
-    lin = torch.nn.Linear(4, 3)
-    compiled, _ = _compiled(fn, backend)
-    with pytest.raises(passkit.PasskitError) as info:
-        _run(compiled, lin, grad=True)
-    assert str(info.value) == (
-        "passkit: the program builds a jagged NestedTensor from plain tensors and trains through it; "
-        "passkit differentiates subclasses only when they are inputs: build it outside the compiled "
-        'function and pass it in, or use on_error = "eager"'
-    )
-    torch._dynamo.reset()
-    fallback = torch.compile(fn, backend=passkit.backend(backend, on_error="eager"))
-    with pytest.warns(RuntimeWarning):
-        actual = _run(fallback, lin, grad=True)
+def test_passkit_trains_a_nested_tensor_built_inside_as_eager(fn: Any, backend: str) -> None:
     torch.manual_seed(0)
-    fresh = torch.nn.Linear(4, 3)
-    fresh.load_state_dict(lin.state_dict())
-    lin.zero_grad(set_to_none=True)
-    torch.testing.assert_close(actual[0], _run(fn, fresh, grad=True)[0])
+    lin = torch.nn.Linear(4, 3)
+    expected = _run(fn, copy.deepcopy(lin), grad=True)
+    compiled, compiler = _compiled(fn, backend)
+    actual = _run(compiled, lin, grad=True)
+    torch.testing.assert_close(actual, expected)
+    assert actual[3] is not None and actual[3].abs().sum() > 0  # the Linear's weight got its gradient
+    assert compiler.reports[0].graph.endswith("training")

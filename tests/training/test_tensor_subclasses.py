@@ -116,18 +116,22 @@ def test_the_signature_records_the_subclass_structure() -> None:
     assert [info.name for info in signature.inputs] == ["l_x__a", "l_x__b", "l_y_"]
 
 
-def test_a_plain_input_whose_eager_gradient_is_a_subclass_is_refused() -> None:
-    # Eager gives the plain bias a TwoTensor gradient, which a program over plain tensors cannot return.
-    model = _two_tensor_linear()
-    model.bias = torch.nn.Parameter(torch.zeros(3))
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend=passkit.backend("training-python"))
-    with pytest.raises(passkit.PasskitError) as info:
-        compiled(torch.randn(2, 4))
-    assert str(info.value) == (
-        "passkit: the gradient of plain input 'l_fn_parameters_bias_' is a TwoTensor, which a compiled program "
-        "cannot return; make 'l_fn_parameters_bias_' a TwoTensor too, or compile without it"
-    )
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_a_plain_parameter_whose_eager_gradient_is_a_subclass_gets_it(pipeline: str) -> None:
+    # Eager gives the plain bias a TwoTensor gradient: the compiled backward returns its inner
+    # tensors and the runtime builds the TwoTensor.
+    eager, model = _two_tensor_linear(), _two_tensor_linear()
+    for linear in (eager, model):
+        linear.bias = torch.nn.Parameter(torch.zeros(3))
+    x = torch.randn(2, 4)
+    compiled = _compiled(model, pipeline)
+    out, expected = compiled(x), eager(x)
+    _assert_same(out, expected, "output")
+    out.sum().backward()
+    expected.sum().backward()
+    for name in ("weight", "bias"):
+        _assert_same(getattr(model, name).grad, getattr(eager, name).grad, f"{name}.grad")
+    assert isinstance(model.bias.grad, TwoTensor)
 
 
 class _Opaque(torch.Tensor):

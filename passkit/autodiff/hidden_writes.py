@@ -4,10 +4,11 @@ Under ``no_grad``, or through ``t.detach()``, an in-place op changes a tensor th
 while its autograd history stays as it was: later uses send their gradient to the history of
 the old value. The functional graph keeps only values: the new value is computed from the old
 one in a region autograd cannot see through (``no_grad``, ``detach``), so ``joint`` would drop
-those gradients. ``joint`` reproduces eager for one case: an input whose every write is hidden
-and is not used with autograd between its first and last write (its final value becomes a leaf
-whose gradient is added to the input's). Every other hidden write to a tensor that autograd
-then uses is refused with one line, instead of giving gradients eager would not.
+those gradients. ``joint`` reproduces eager from the functional graph for one case: an input
+whose every write is hidden and is not used with autograd between its first and last write (its
+final value becomes a leaf whose gradient is added to the input's). For every other hidden write
+to a tensor that autograd then uses, capture keeps the captured graph and ``joint``
+differentiates that, with autograd seeing the writes as eager's does (``subclasses``).
 
 The check runs the captured graph once on fake tensors with autograd on, and only for graphs
 that write in place and contain a ``detach`` or a grad-mode switch.
@@ -36,9 +37,15 @@ HIDDEN_MUTATION_ERROR = (
 
 @dataclass
 class HiddenWrites:
-    """Inputs whose every write is hidden from autograd (``joint`` treats them as ``no_grad`` writes)."""
+    """Inputs whose every write is hidden from autograd (``joint`` treats them as ``no_grad`` writes),
+    and the first hidden write no functional graph can follow, if any."""
 
     inputs: set[int] = field(default_factory=set)
+    unfollowable: str | None = None
+
+    def refuse(self) -> None:
+        if self.unfollowable is not None:
+            raise PasskitError(HIDDEN_MUTATION_ERROR.format(node=self.unfollowable))
 
 
 def _writes(node: Node) -> bool:
@@ -149,7 +156,8 @@ def _non_leaf(value: Any, requires_grad: bool) -> Any:
 
 
 def find_hidden_writes(gm: GraphModule, example_inputs: list[Any], requires_grad: list[bool], fake_mode: Any) -> HiddenWrites:
-    """Inputs written only where autograd does not see; raises for hidden writes ``joint`` cannot follow."""
+    """Inputs written only where autograd does not see, and the first hidden write ``joint`` cannot
+    follow from the functional graph (capture then has it differentiate the captured graph)."""
     found = HiddenWrites()
     if not any(requires_grad) or not _may_hide(gm):
         return found
@@ -162,7 +170,7 @@ def find_hidden_writes(gm: GraphModule, example_inputs: list[Any], requires_grad
             return found
     for family in watcher.families.values():
         if family.read_after or (family.input_index is not None and family.tracked_write):
-            raise PasskitError(HIDDEN_MUTATION_ERROR.format(node=family.first_write.name))
-        if family.input_index is not None:
+            found.unfollowable = found.unfollowable or family.first_write.name
+        elif family.input_index is not None:
             found.inputs.add(family.input_index)
     return found
