@@ -60,6 +60,8 @@ from passkit._torch.mutations import *  # noqa: F403
 from passkit._torch.mutations import __all__ as _mutations
 from passkit._torch.ops import *  # noqa: F403
 from passkit._torch.ops import __all__ as _ops
+from passkit._torch.own_decomps import *  # noqa: F403
+from passkit._torch.own_decomps import __all__ as _own_decomps
 from passkit._torch.region_calls import *  # noqa: F403
 from passkit._torch.region_calls import __all__ as _region_calls
 from passkit._torch.region_values import *  # noqa: F403
@@ -80,6 +82,6 @@ from passkit._torch.values import __all__ as _values
 
 __all__ = [
     *_aoti, *_collectives, *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots,
-    *_inductor_workers, *_kernel_bundles, *_logs, *_mutations, *_ops, *_region_calls, *_region_values, *_regions,
+    *_inductor_workers, *_kernel_bundles, *_logs, *_mutations, *_ops, *_own_decomps, *_region_calls, *_region_values, *_regions,
     *_shape_guards, *_symbols, *_tracing, *_unbacked, *_values,
 ]

@@ -19,6 +19,10 @@ functionalization refuses; ``lowering_to_core`` lowers it to ``var`` and ``mean`
 names it in ``extra`` (the ``export`` pipeline does). The ``core_aten`` table itself keeps it: the
 Triton plugin fuses a layer norm's one ``var_mean`` reduction into one kernel.
 
+**Constants built inside.** ``torch.tensor(...)`` inside a traced function is a constant and a
+``lift_fresh_copy`` of it, outside Core ATen; ``clone_lifted_constants`` rewrites it as ``clone``
+in the one trace that sees it (``joint`` of a captured graph, which no functionalization ran over).
+
 **Indices kept as tensors.** torch's ``take`` decomposition indexes with Python's ``[]``, which
 reads a 0-dim index tensor as a number (``.item()``): the trace then needs that number as a
 size and stops ("Could not extract specialized integer from data-dependent expression"), though
@@ -33,7 +37,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["lowering_to_core", "reading_no_values", "with_corrected_layouts"]
+__all__ = ["clone_lifted_constants", "lowering_to_core", "reading_no_values", "with_corrected_layouts"]
 
 
 def _flash_attention_for_cpu(
@@ -81,3 +85,15 @@ def lowering_to_core() -> dict[Any, Callable[..., Any]]:
     """passkit's decompositions of ops that torch's Core ATen tables leave outside Core ATen, for
     a ``decompose`` step's ``extra``."""
     return {torch.ops.aten.var_mean.correction: _var_mean}
+
+
+def clone_lifted_constants(gm: torch.fx.GraphModule) -> bool:
+    """Rewrite each ``lift_fresh_copy`` in ``gm`` (a ``torch.tensor(...)`` built inside the traced
+    function: a jagged tensor's offsets) as the ``clone`` it is; ``make_fx`` records the op after
+    consulting its decomposition table, so no table can lower it."""
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.lift_fresh_copy.default:
+            node.target = torch.ops.aten.clone.default
+            changed = True
+    return changed

@@ -113,14 +113,18 @@ def leaves_like(value: Any, layout: Layout) -> list[Any]:
     return leaves
 
 
-def unflatten_value(layout: Layout, leaves: Iterator[Any], *, runtime: bool = False, shaped_like: Any = None) -> Any:
+def unflatten_value(
+    layout: Layout, leaves: Iterator[Any], *, runtime: bool = False, shaped_like: Any = None,
+    outer: tuple[Sequence[int], Sequence[int]] | None = None,
+) -> Any:
     """Build a subclass value of ``layout`` from the next plain tensors of ``leaves``.
 
     While tracing, the recorded outer size and stride are passed (symbolic where Dynamo made
     them so), or those of ``shaped_like``: a value the traced function built itself, whose
     ragged size is a nested int of this trace, not the one recorded. At run time a recorded size
     that holds a symbol is not passed: the subclass derives it from its inner tensors (a jagged
-    tensor's from its offsets).
+    tensor's from its offsets), unless ``outer`` gives it: the size and stride of the plain input
+    a subclass gradient is built for.
     """
     inner = {
         attr: next(leaves) if sub is None else unflatten_value(
@@ -131,6 +135,8 @@ def unflatten_value(layout: Layout, leaves: Iterator[Any], *, runtime: bool = Fa
     size, stride = layout.outer_size, layout.outer_stride
     if shaped_like is not None:
         size, stride = tuple(shaped_like.size()), tuple(shaped_like.stride())
+    if outer is not None:
+        return layout.cls.__tensor_unflatten__(inner, layout.context, *outer)  # type: ignore[attr-defined]
     if runtime and not all(isinstance(d, int) for d in (*size, *stride)):
         size, stride = None, None
     return layout.cls.__tensor_unflatten__(inner, layout.context, size, stride)  # type: ignore[attr-defined]

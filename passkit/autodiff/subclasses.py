@@ -45,6 +45,8 @@ class SubclassSource:
     symbolic: bool
     flat_inputs: list[Any] = field(default_factory=list)  # the real inner tensors it was compiled for
     grad_layouts: dict[int, Layout] = field(default_factory=dict)
+    # Over plain inputs: the captured main, which differentiates as eager until a step re-traces it.
+    captured_main: Any = None
 
     def plain_grad_layouts(self) -> dict[int, Layout]:
         """The subclass layouts of plain inputs' gradients, by flat input position."""
@@ -120,9 +122,12 @@ class SubclassJoint:
     def _args(self, primals: Sequence[Any], fresh: Any) -> list[Any]:
         args = []
         self.copied = set()
+        self.last_primals = list(primals)
         for p, (layout, span) in enumerate(zip(self.source.input_layouts, self.in_spans)):
             if layout is None:
                 value = primals[span[0]]
+                if p in self.wrt and not value.requires_grad:  # verification passes detached values
+                    value = self.last_primals[span[0]] = value.detach().requires_grad_(True)
                 # Written in place: a copy, so that autograd sees the input before the write
                 # (as AOT Autograd clones such an input) and the primal itself stays unwritten.
                 if p in fresh and isinstance(value, torch.Tensor):
@@ -140,7 +145,6 @@ class SubclassJoint:
     def _run(self, primals: Sequence[Any], fresh: Any = None) -> list[Any]:
         # The subclass values of this run stay for ``_grads``, which differentiates with respect to them.
         self.last_args = self._args(primals, self.mutated if fresh is None else fresh)
-        self.last_primals = list(primals)
         graph = self.source.graph
         outs = torch.fx.Interpreter(graph).run(*self.last_args) if isinstance(graph, GraphModule) else graph(*self.last_args)
         return list(outs) if isinstance(outs, (tuple, list)) else [outs]

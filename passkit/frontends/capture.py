@@ -287,7 +287,7 @@ def _differentiate_as_captured(program: Program, source: Any, real_inputs: Seque
     inputs, outputs = program.signature.inputs, program.signature.outputs
     plain = FlatGraph(program.graphs["main"], list(real_inputs), [None] * len(inputs), [None] * len(outputs),
                       [info.name for info in inputs], _torch.has_symbolic_sizes(program.example_inputs))
-    record_subclasses(program, plain, source)
+    record_subclasses(program, plain, source).captured_main = program.graphs["main"]
 
 
 def _forward_traces_lose_the_gradient(gm: GraphModule, fakes: list[Any], requires_grad: list[bool], fake_mode: Any) -> bool:

@@ -80,6 +80,8 @@ def joint(program: Program, *, bodies: Literal["min_cut", "torch_min_cut"] = "mi
         if mutations:
             raise RuntimeError(f"joint trace mutated its inputs: {mutations}")
     gm.graph.eliminate_dead_code(is_impure_node=_torch.is_impure)
+    if source is not None:
+        _torch.clone_lifted_constants(gm)
     # torch's autograd rule for ``invoke_subgraph`` (the user's ``nested_compile_region``, the
     # ``regions`` pass) puts a body's whole joint in its backward call, which recomputes the
     # forward there and draws new dropout masks; each body is split once into a forward that also

@@ -130,6 +130,8 @@ class _CompiledFunction(torch.autograd.Function):
         outs = runtime.forward_fn(*args)
         n_visible = runtime.n_visible
         ctx.runtime = runtime
+        if runtime.grad_layouts:  # a plain input's subclass gradient is built as large as the input
+            ctx.grad_geometry = {i: (tuple(args[i].size()), tuple(args[i].stride())) for i in runtime.grad_layouts}
         if runtime.non_differentiable:
             # Autograd would hand the backward a zero tensor for every output without a gradient
             # (each running statistic a BatchNorm updates, on every step); only the outputs the
@@ -181,14 +183,14 @@ class _CompiledFunction(torch.autograd.Function):
         if runtime.grads_in_input_order:
             return (None, *grads)
         if runtime.grad_layouts:
-            return (None, *_built_grads(runtime, grads))
+            return (None, *_built_grads(runtime, grads, ctx.grad_geometry))
         result: list[Any] = [None] * runtime.n_inputs
         for target, grad in zip(runtime.grad_targets, grads):
             result[target] = grad
         return (None, *result)
 
 
-def _built_grads(runtime: CompiledProgram, grads: Sequence[Any]) -> list[Any]:
+def _built_grads(runtime: CompiledProgram, grads: Sequence[Any], geometry: dict[int, Any]) -> list[Any]:
     """Each input's gradient, a plain input's subclass gradient built from its inner tensors."""
     parts: dict[int, list[Any]] = {}
     for target, grad in zip(runtime.grad_targets, grads):
@@ -199,7 +201,7 @@ def _built_grads(runtime: CompiledProgram, grads: Sequence[Any]) -> list[Any]:
         if layout is None or any(leaf is None for leaf in leaves):
             result[target] = leaves[0] if layout is None else None
         else:
-            result[target] = unflatten_value(layout, iter(leaves), runtime=True)
+            result[target] = unflatten_value(layout, iter(leaves), runtime=True, outer=geometry[target])
     return result
 
 

@@ -99,7 +99,8 @@ def _observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
         return _observe_joint(program, clones, leaves)
     io = program.io("main")
     source = program.notes.get(CAPTURED_SOURCE)
-    if source is not None and program.training:
+    # Over plain inputs, main run with autograd is eager itself until a step re-traces it.
+    if source is not None and program.training and program.graphs["main"] is not source.captured_main:
         return _observe_subclass_main(program, clones, source)
     if not any(d.kind == "mutation" for d in io.outputs) and "functional" not in program.facts:
         return _observe_eager(program, clones, leaves)

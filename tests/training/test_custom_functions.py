@@ -102,3 +102,11 @@ def test_custom_function_in_an_inference_graph_compiles(pipeline: str) -> None:
     x = torch.randn(4)
     torch.testing.assert_close(torch.compile(_returns_its_input, backend=backend)(x), x * 2)
     assert backend.reports
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_every_step_keeps_eagers_numerics(program: str) -> None:
+    fn = PROGRAMS[program]
+    torch._dynamo.reset()
+    backend = passkit.backend("training-python", verify="numerics")
+    torch.testing.assert_close(_gradient(torch.compile(fn, backend=backend, dynamic=True)), _gradient(fn))

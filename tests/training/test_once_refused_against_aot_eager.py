@@ -101,3 +101,19 @@ def test_passkit_matches_eager(case: str, pipeline: str) -> None:
     backend = passkit.backend(pipeline)
     torch.testing.assert_close(run(torch.compile(fn, backend=backend)), run(fn))
     assert backend.reports, "passkit compiled nothing"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_step_keeps_eagers_numerics(case: str) -> None:
+    fn, run = CASES[case]
+    torch._dynamo.reset()
+    backend = passkit.backend("training-python", verify="numerics")
+    torch.testing.assert_close(run(torch.compile(fn, backend=backend)), run(fn))
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "subclass_gradient" in c])
+def test_a_subclass_gradient_with_symbolic_sizes(case: str) -> None:
+    # The recorded gradient layout holds symbols: the runtime builds it as large as the input.
+    fn, run = CASES[case]
+    torch._dynamo.reset()
+    torch.testing.assert_close(run(torch.compile(fn, backend=passkit.backend("training"), dynamic=True)), run(fn))
