@@ -270,7 +270,7 @@ def retrace(
             raise RuntimeError(f"retrace found input mutations in a functional graph: {mutations}")
     else:
         new_gm = _traced(interpret, args, decompositions, pre_dispatch, record_module_stack=False)
-        _rename_placeholders(new_gm, names)
+        _rename_placeholders(new_gm, names, recompile=False)  # one recompile below, for both changes
         _record_constant_inputs(new_gm, args)
     _use_plain_codegen(new_gm)
     return new_gm
@@ -314,13 +314,14 @@ def nothing_to_decompose(
     return True
 
 
-def _rename_placeholders(gm: GraphModule, names: Sequence[str]) -> None:
+def _rename_placeholders(gm: GraphModule, names: Sequence[str], *, recompile: bool = True) -> None:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, name in zip(placeholders, names):
         if node.name != name:
             node._rename(name)
             node.target = name
-    gm.recompile()
+    if recompile:
+        gm.recompile()
 
 
 def _use_plain_codegen(gm: GraphModule) -> None:
@@ -365,7 +366,7 @@ def trace_graph(
     """Trace ``fn`` as it is, mutations included; pre-dispatch keeps ``no_grad`` blocks."""
     gm = _traced(fn, fake_args, decompositions, pre_dispatch)
     if arg_names is not None:
-        _rename_placeholders(gm, arg_names)
+        _rename_placeholders(gm, arg_names, recompile=False)  # one recompile below (codegen costs)
     _use_plain_codegen(gm)
     return gm
 

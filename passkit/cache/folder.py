@@ -3,9 +3,14 @@ and what ``passkit cache info`` / ``passkit cache clear`` report and do.
 
 An entry's modification time is its last use: writing an entry sets it, and a hit sets it again
 (``touch``; access times are not used, since most file systems update them lazily or never).
-After each write, while the entries together exceed the limit (``PASSKIT_CACHE_MAX_BYTES``,
+After a write, while the entries together exceed the limit (``PASSKIT_CACHE_MAX_BYTES``,
 default 2 GiB), the least recently used are deleted; the entry just written is kept, even when
 it alone is larger than the limit. A reader racing an eviction finds no entry and compiles.
+Counting the entries means a ``stat`` of each, so a write does not count them every time
+(``after_write``): it adds its own bytes to the total this process last counted and counts again
+only when that passes the limit, or when the count is ``RECOUNT_SECONDS`` old (other processes
+write too). Counting on every write made filling the folder quadratic: the 1,440 programs of
+one OpInfo entry spent more time in ``stat`` than in writing their entries.
 
 Entries are pickles, and a hit imports the modules they name, so the folder must be the user's
 own (``passkit.core.private_folders``): passkit creates it with mode 0700, and a folder that the
@@ -41,6 +46,8 @@ __all__ = [
     "max_bytes",
     "touch",
     "evict",
+    "after_write",
+    "RECOUNT_SECONDS",
     "CacheInfo",
     "cache_info",
     "clear_cache",
@@ -121,16 +128,21 @@ def _entries(folder: Path) -> list[tuple[float, int, Path]]:
     return sorted(found, key=lambda item: (item[0], item[2].name))
 
 
+def _limit() -> int:
+    """``max_bytes()``, or 2 GiB with one warning when that is malformed."""
+    try:
+        return max_bytes()
+    except ValueError as exc:
+        log.warning("passkit: %s; using the default, 2 GiB", exc)
+        return DEFAULT_MAX_BYTES
+
+
 def evict(folder: Path, keep: Path | None = None, limit: int | None = None) -> list[Path]:
     """Delete the least recently used entries until the rest fit in ``limit`` (default
     ``max_bytes()``, or 2 GiB with one warning when that is malformed), never ``keep``; return
     the deleted paths."""
     if limit is None:
-        try:
-            limit = max_bytes()
-        except ValueError as exc:
-            log.warning("passkit: %s; using the default, 2 GiB", exc)
-            limit = DEFAULT_MAX_BYTES
+        limit = _limit()
     entries = _entries(folder)
     total = sum(size for _, size, _ in entries)
     removed = []
@@ -143,7 +155,31 @@ def evict(folder: Path, keep: Path | None = None, limit: int | None = None) -> l
             path.unlink()
             removed.append(path)
         total -= size
+    _counted[str(folder)] = (total, time.monotonic())
     return removed
+
+
+RECOUNT_SECONDS = 10.0
+"""How old this process's count of a folder may get before a write counts the entries again."""
+STALE_TEMP_SECONDS = 3600.0  # a temp file this old belongs to a writer that died
+
+# folder -> (its entries' bytes as last counted plus what this process wrote since, when counted)
+_counted: dict[str, tuple[int, float]] = {}
+
+
+def after_write(folder: Path, written: Path, size: int) -> list[Path]:
+    """After writing ``size`` bytes to ``written``: evict (``evict``, keeping ``written``) and
+    remove dead writers' temporary files when the folder may be over the limit or this process's
+    count of it is stale; return the deleted entries. The limit is read on every write, so a
+    malformed one warns each time."""
+    limit = _limit()
+    total, counted_at = _counted.get(str(folder), (None, 0.0))
+    if total is not None and total + size <= limit and time.monotonic() - counted_at < RECOUNT_SECONDS:
+        # An overwritten entry is counted twice: too high a total only brings the recount forward.
+        _counted[str(folder)] = (total + size, counted_at)
+        return []
+    remove_stale_temps(folder, STALE_TEMP_SECONDS)
+    return evict(folder, keep=written, limit=limit)
 
 
 @dataclass

@@ -10,6 +10,7 @@ that does not depend on the program, which a file mounted in Inductor's slots ke
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import platform
@@ -30,7 +31,10 @@ __all__ = ["FORMAT", "cache_key", "plan_digest", "global_settings"]
 FORMAT = 3  # 3: a stored graph module's code checked with its region bodies' (2: graphs stored node by node)
 
 
+@functools.lru_cache(maxsize=None)
 def _versions() -> dict[str, str]:
+    """Read once per process (as passkit's source digest is): ``importlib.metadata`` parses the
+    METADATA files on each call, which cost a cache hit more than loading a small entry."""
     from importlib.metadata import PackageNotFoundError, version
 
     found = {}
@@ -138,6 +142,6 @@ def _plan_parts(pipeline: Pipeline, plugins: Iterable[str]) -> dict[str, Any]:
         "contexts": [[step.id, step.pass_.cache_context(step.options)]
                      for step in pipeline.steps if step.pass_.cache_context is not None],
         "plugins": sorted(plugins),
-        "versions": _versions(),
+        "versions": dict(_versions()),
         "passkit_sources": passkit_source_digest(),
     }

@@ -88,10 +88,9 @@ from passkit.cache.folder import (
     CacheInfo,
     cache_dir,
     cache_info,
+    after_write,
     clear_cache,
-    evict,
     usable_cache_dir,
-    remove_stale_temps,
     touch,
 )
 from passkit.cache.key import FORMAT, cache_key, global_settings, plan_digest
@@ -115,7 +114,6 @@ __all__ = [
 ]
 
 MAGIC = b"passkit-cache-entry v1\n"
-STALE_TEMP_SECONDS = 3600.0  # a temp file this old belongs to a writer that died
 
 log = logging.getLogger("passkit.cache")
 
@@ -341,9 +339,9 @@ class CompileCache:
             log.info("passkit: not caching: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             return False
         try:
-            write_atomically(self.path, _encode(payload))
-            remove_stale_temps(self.directory, STALE_TEMP_SECONDS)
-            evicted = evict(self.directory, keep=self.path)
+            blob = _encode(payload)
+            write_atomically(self.path, blob)
+            evicted = after_write(self.directory, self.path, len(blob))
         except OSError as exc:
             log.warning("passkit: cannot write cache entry %s (%s)", self.path, exc)
             return False

@@ -177,7 +177,7 @@ def _checked_tolerance(name: str, tolerance: Any) -> tuple[float, float]:
 def _source_digest(fn: Callable[..., Any]) -> str:
     """sha256 of the source file that defines ``fn`` (its own source when there is no file)."""
     try:
-        path = inspect.getsourcefile(fn)
+        path = _source_file(fn)
         if path:
             return _passkit_file_digests().get(_inside_passkit(path), "") or _file_digest(path)
     except (OSError, TypeError):
@@ -187,6 +187,19 @@ def _source_digest(fn: Callable[..., Any]) -> str:
     except (OSError, TypeError):
         source = getattr(fn, "__qualname__", repr(fn))
     return hashlib.sha256(source.encode()).hexdigest()
+
+
+def _source_file(fn: Callable[..., Any]) -> str | None:
+    """``inspect.getsourcefile``, once per function: it looks for the file on disk (a dozen
+    ``stat`` calls), and every compile fingerprints each of its steps' passes. The file's
+    contents are still read on each call (``_file_digest``), so an edited plugin is noticed."""
+    try:
+        return _cached_source_file(fn)
+    except TypeError:  # an unhashable callable object; or no source file at all, raised again below
+        return inspect.getsourcefile(fn)
+
+
+_cached_source_file = functools.lru_cache(maxsize=1024)(inspect.getsourcefile)
 
 
 def _file_digest(path: str) -> str:
@@ -215,8 +228,10 @@ def _passkit_file_digests() -> dict[str, str]:
     return {path.relative_to(PASSKIT_ROOT).as_posix(): _file_digest(str(path)) for path in files}
 
 
+@functools.lru_cache(maxsize=1024)
 def _inside_passkit(path: str) -> str:
-    """``path`` relative to the passkit package ("" when it is outside)."""
+    """``path`` relative to the passkit package ("" when it is outside); once per path, since
+    resolving it reads every folder on the way, for each step of every compile."""
     try:
         return Path(path).resolve().relative_to(PASSKIT_ROOT).as_posix()
     except ValueError:

@@ -105,14 +105,14 @@ def resolve_pipeline(pipeline: Any, settings: dict[str, Any]) -> Any:
 
 
 def _missing_training_steps(pipeline: Any, program: Program) -> str | None:
-    label = pipeline.label
+    # ``label`` only in the messages: it resolves the file's path, and every compile asks.
     if program.training and "partitioned" not in program.facts:
         return (
-            f"{label}: the program needs gradients but the pipeline has no 'joint' and 'partition' steps; "
+            f"{pipeline.label}: the program needs gradients but the pipeline has no 'joint' and 'partition' steps; "
             "use the 'training' pipeline, or call it under torch.no_grad()"
         )
     if "compiled" not in program.facts:
-        return f"{label}: the pipeline left no compiled callables; end it with a codegen step"
+        return f"{pipeline.label}: the pipeline left no compiled callables; end it with a codegen step"
     return None
 
 

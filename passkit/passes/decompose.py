@@ -24,7 +24,7 @@ from passkit.core.hookspecs import hookimpl
 from passkit.core.pass_api import graph_pass
 from passkit.core.program import Program, TargetOpset
 
-__all__ = ["decompose", "DecomposeOptions", "resolve_op"]
+__all__ = ["decompose", "DecomposeOptions", "resolve_op", "main_table", "out_of_place_table"]
 
 Table = dict[Any, Callable[..., Any]]
 BUILTIN_TABLES: dict[str, Callable[[], Table]] = {"core_aten": _torch.core_aten_table, "full": _torch.full_table}
@@ -120,8 +120,28 @@ def _draws_random_numbers(op: Any) -> bool:
     return _torch.draws_random_numbers(op)
 
 
-def main_table(table: dict[Any, Callable[..., Any]], *, training: bool) -> dict[Any, Callable[..., Any]]:
-    """The part of ``table`` that may lower ``main`` before ``joint`` differentiates it.
+# (id of a table, which part) -> (the table, its part). A table is never changed once built
+# (``_cached_table`` keeps one per step configuration for the process), so its parts are
+# computed once: filtering the thousand-entry Core ATen table cost every compile of a small
+# program a tenth of its time. The table is held so that its id cannot be reused.
+_PARTS: dict[tuple[int, str], tuple[Any, Table]] = {}
+_MAX_PARTS = 32  # tables handed in fresh each time would otherwise pile up
+
+
+def _part(table: Any, which: str, keeps: Callable[[Any], bool]) -> Table:
+    held = _PARTS.get((id(table), which))
+    if held is not None and held[0] is table:
+        return held[1]
+    part = {op: fn for op, fn in table.items() if keeps(op)}
+    if len(_PARTS) >= _MAX_PARTS:
+        _PARTS.clear()
+    _PARTS[(id(table), which)] = (table, part)
+    return part
+
+
+def main_table(table: Any, *, training: bool) -> Table:
+    """The part of ``table`` that may lower ``main`` before ``joint`` differentiates it (shared:
+    callers must not change it).
 
     ``joint`` lowers the rest after autograd ran: ops about autograd, not values (``detach``),
     and in a training program every op autograd differentiates by its own formula. Autograd
@@ -129,11 +149,16 @@ def main_table(table: dict[Any, Callable[..., Any]], *, training: bool) -> dict[
     can differ (NaN from ``special.log_ndtr``'s masked ``where`` branch). torch's AOT Autograd
     likewise decomposes below autograd.
     """
-    return {
-        op: fn
-        for op, fn in table.items()
-        if op not in _torch.AUTOGRAD_SEMANTIC_OPS and not (training and _torch.has_own_autograd_formula(op))
-    }
+    if training:
+        return _part(table, "main training", lambda op: op not in _torch.AUTOGRAD_SEMANTIC_OPS
+                     and not _torch.has_own_autograd_formula(op))
+    return _part(table, "main", lambda op: op not in _torch.AUTOGRAD_SEMANTIC_OPS)
+
+
+def out_of_place_table(table: Any) -> Table:
+    """The entries of ``table`` for ops that mutate nothing (shared: callers must not change it);
+    ``joint``'s plain trace lowers through these."""
+    return _part(table, "out of place", lambda op: not _torch.op_mutates(op))
 
 
 def _lowered(gm: Any, table: dict[Any, Callable[..., Any]], *, functional: bool) -> Any:

@@ -19,6 +19,7 @@ from passkit import _torch
 from passkit.autodiff.plain import JointPlan, make_joint_fn
 from passkit.core.hookspecs import hookimpl
 from passkit.core.pass_api import graph_pass
+from passkit.passes.decompose import out_of_place_table
 from passkit.passes.partition_min_cut import MinCutOptions, body_partition
 from passkit.core.program import Desc, GraphIO, Program
 from passkit.autodiff.subclasses import CAPTURED_SOURCE, SubclassJoint
@@ -41,10 +42,11 @@ def _tag_forward_and_backward(gm: GraphModule, n_forward_outputs: int) -> None:
             node.meta["partitioner_tag"] = "is_forward" if node in forward else "is_backward"
 
 
-def _lowering_table(program: Program) -> dict[Any, Any] | None:
-    """The table an earlier ``decompose`` step lowered through, so the backward matches."""
+def _lowering_table(program: Program) -> Any:
+    """The table an earlier ``decompose`` step lowered through, so the backward matches (the
+    step's own, shared: never changed here)."""
     target = program.target_opset
-    return dict(target.table) if target is not None else None
+    return target.table if target is not None else None
 
 
 @graph_pass("joint", requires={"functional"}, produces={"joint"}, training_only=True)
@@ -71,11 +73,11 @@ def joint(program: Program, *, bodies: Literal["min_cut", "torch_min_cut"] = "mi
     # mutating ops whole: a decomposition registered for an ``out=`` overload may not take
     # ``out`` (``mm.out`` in Inductor's table, called by linear_cross_entropy's backward), and
     # functionalization turns such an op into its functional form before the table sees it.
-    plain_table = None if table is None else {op: fn for op, fn in table.items() if not _torch.op_mutates(op)}
+    plain_table = None if table is None else out_of_place_table(table)
     gm = _torch.trace_graph(joint_fn, args, pre_dispatch=False, decompositions=plain_table, arg_names=names)
     if _torch.has_mutations(gm):
         gm, mutations = _torch.functional_trace(
-            joint_fn, args, pre_dispatch=False, decompositions=table, arg_names=names
+            joint_fn, args, pre_dispatch=False, decompositions=None if table is None else dict(table), arg_names=names
         )
         if mutations:
             raise RuntimeError(f"joint trace mutated its inputs: {mutations}")

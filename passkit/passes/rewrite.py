@@ -238,7 +238,7 @@ def _canonical_for(program: Program, graph_name: str, canonical: Any) -> Any:
         return canonical
     from passkit.passes.decompose import main_table
 
-    return dataclasses.replace(canonical, table=main_table(dict(canonical.table), training=True))
+    return dataclasses.replace(canonical, table=main_table(canonical.table, training=True))
 
 
 def _apply_checked(program: Program, name: str, sets: list[Any], canonical: Any, max_applications: int, ask: Any = None) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -34,6 +35,16 @@ _TOML_AT_END = re.compile(r"\s*\(at end of document\)$")
 
 # Parsed documents by (resolved path, mtime, size): TOML parsing is pure, so this is safe.
 _parsed: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+# Pipelines loaded by name or path, by (spec, working directory, mounted): the registry they were
+# checked against, every file read (as ``_parsed`` keys them) and the pipeline, which is
+# immutable. Validating every step's options and the contracts again cost each
+# ``aot_function`` call a millisecond or two (one per OpInfo sample in a sweep); a changed
+# file, another registry or another working directory (relative paths, file names in messages)
+# loads again.
+_loaded: dict[tuple[str, str, bool], tuple[Any, tuple[tuple[str, int, int], ...], Pipeline]] = {}
+_MAX_LOADED = 64  # each test's own working directory would otherwise add entries forever
+_reading = threading.local()  # .files: the files the load under way on this thread read
 
 
 def is_pipeline_name(text: str) -> bool:
@@ -65,6 +76,9 @@ def read_toml(path: Path, file: str) -> dict[str, Any]:
     except OSError:
         raise PipelineError(f"passkit: pipeline file not found: {file}") from None
     key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    files = getattr(_reading, "files", None)
+    if files is not None:
+        files.append(key)
     cached = _parsed.get(key)
     if cached is not None:
         return cached
@@ -168,6 +182,36 @@ def load_pipeline(
     """
     if isinstance(spec, Pipeline):
         return check_slots(spec, registry) if mounted else spec
+    if not isinstance(spec, (str, Path)):
+        return _load(spec, registry, mounted)
+    key = (str(spec), os.getcwd(), mounted)
+    held = _loaded.get(key)
+    if held is not None and held[0] is registry and all(_unchanged(file) for file in held[1]):
+        return held[2]
+    outer = getattr(_reading, "files", None)
+    _reading.files = files = []
+    try:
+        pipeline = _load(spec, registry, mounted)
+    finally:
+        _reading.files = outer
+        if outer is not None:  # a load inside another: the outer one depends on these files too
+            outer.extend(files)
+    if len(_loaded) >= _MAX_LOADED:
+        _loaded.clear()
+    _loaded[key] = (registry, tuple(files), pipeline)
+    return pipeline
+
+
+def _unchanged(file: tuple[str, int, int]) -> bool:
+    path, mtime, size = file
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return False
+    return (stat.st_mtime_ns, stat.st_size) == (mtime, size)
+
+
+def _load(spec: str | Path | Mapping[str, Any], registry: Registry, mounted: bool) -> Pipeline:
     source: Path | CodeLocation
     unregistered: dict[str, Any] = {}
     if isinstance(spec, Mapping):

@@ -93,6 +93,13 @@ def test_every_watch_thread_has_ended_when_the_run_returns(kit: Kit) -> None:
     assert [thread.name for thread in threading.enumerate() if thread.name.startswith("passkit-progress")] == []
 
 
+def test_the_timer_holds_no_watch_once_the_run_returns(kit: Kit) -> None:
+    # One timer thread times every step of the process; each step takes its watch back before
+    # it returns, so that thread holds nothing of a finished step (see the test above).
+    _run(kit)
+    assert progress_instrument._timer._watches == []
+
+
 def test_a_callback_with_an_event_method_gets_events_and_records(kit: Kit, caplog: pytest.LogCaptureFixture) -> None:
     class Callback:
         def __init__(self) -> None:
