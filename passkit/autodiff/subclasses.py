@@ -47,6 +47,8 @@ class SubclassSource:
     grad_layouts: dict[int, Layout] = field(default_factory=dict)
     # Over plain inputs: the captured main, which differentiates as eager until a step re-traces it.
     captured_main: Any = None
+    # Why ``joint`` differentiates this graph rather than the functional main (its report row says).
+    reason: str = "tensor subclasses"
 
     def plain_grad_layouts(self) -> dict[int, Layout]:
         """The subclass layouts of plain inputs' gradients, by flat input position."""

@@ -262,7 +262,7 @@ def program_from_graph(
     outputs, training = _analyse_outputs(gm, real_inputs)
     # Differentiated at the level the user wrote, as AOT Autograd does: the graph kept as captured.
     requires_grad = [info.requires_grad for info in inputs]
-    source = _copy_of(gm) if training and _forward_traces_lose_the_gradient(gm, fakes, requires_grad, fake_mode) else None
+    lost = _what_forward_traces_lose(gm, fakes, requires_grad, fake_mode) if training else None
     io = GraphIO(
         inputs=[Desc(info.kind, i) for i, info in enumerate(inputs)],
         outputs=[Desc("user", j) for j in range(len(outputs))],
@@ -276,28 +276,33 @@ def program_from_graph(
         facts={"captured"},
         training=training,
     )
-    if source is not None:
-        _differentiate_as_captured(program, source, real_inputs)
+    if lost is not None:
+        _differentiate_as_captured(program, _copy_of(gm), real_inputs, lost)
     return program
 
 
-def _differentiate_as_captured(program: Program, source: Any, real_inputs: Sequence[Any]) -> None:
+def _differentiate_as_captured(program: Program, source: Any, real_inputs: Sequence[Any], reason: str) -> None:
     """Have ``joint`` differentiate ``source`` (the captured graph, or the user's function) with
     autograd, flattening as it traces, as it does for a program over subclasses."""
     inputs, outputs = program.signature.inputs, program.signature.outputs
     plain = FlatGraph(program.graphs["main"], list(real_inputs), [None] * len(inputs), [None] * len(outputs),
                       [info.name for info in inputs], _torch.has_symbolic_sizes(program.example_inputs))
-    record_subclasses(program, plain, source).captured_main = program.graphs["main"]
+    kept = record_subclasses(program, plain, source)
+    kept.captured_main, kept.reason = program.graphs["main"], reason
 
 
-def _forward_traces_lose_the_gradient(gm: GraphModule, fakes: list[Any], requires_grad: list[bool], fake_mode: Any) -> bool:
-    """Whether differentiating the functional forward would lose eager's gradient: the graph calls
-    a user's ``autograd.Function`` (its backward is its own), builds a jagged NestedTensor (whose
-    ops reach forward-only traces below its autograd rules: ``values()`` is a ``detach``), or
-    writes in place where autograd does not see and then uses the tensor with autograd."""
-    if calls_custom_function(gm) or _torch.builds_nested(gm):
-        return True
-    return find_hidden_writes(gm, fakes, requires_grad, fake_mode).unfollowable is not None
+def _what_forward_traces_lose(gm: GraphModule, fakes: list[Any], requires_grad: list[bool], fake_mode: Any) -> str | None:
+    """What differentiating the functional forward would lose of eager's gradient, if anything: the
+    graph calls a user's ``autograd.Function`` (its backward is its own), builds a jagged
+    NestedTensor (whose ops reach forward-only traces below its autograd rules: ``values()`` is a
+    ``detach``), or writes in place where autograd does not see and then uses the tensor."""
+    if calls_custom_function(gm):
+        return "a custom autograd.Function"
+    if _torch.builds_nested(gm):
+        return "a jagged tensor built inside"
+    if find_hidden_writes(gm, fakes, requires_grad, fake_mode).unfollowable is not None:
+        return "an in-place write autograd does not record"
+    return None
 
 
 def _copy_of(gm: GraphModule) -> GraphModule:
@@ -387,5 +392,5 @@ def _as_traced(program: Program, tape: TapeObserver, fn: Callable[..., Any], rea
         for info, requires_grad in zip(program.signature.outputs, tape.requires_grad):
             info.requires_grad = requires_grad
     if program.training and tape.custom_function is not None:
-        _differentiate_as_captured(program, fn, real_inputs)
+        _differentiate_as_captured(program, fn, real_inputs, "a custom autograd.Function")
     return program

@@ -84,6 +84,8 @@ def joint(program: Program, *, bodies: Literal["min_cut", "torch_min_cut"] = "mi
     gm.graph.eliminate_dead_code(is_impure_node=_torch.is_impure)
     if source is not None:
         _torch.clone_lifted_constants(gm)
+        # Steps before this one shaped main, which the joint does not trace: the report says so.
+        program.record_stat("differentiated", f"the captured graph ({source.reason})")
     # torch's autograd rule for ``invoke_subgraph`` (the user's ``nested_compile_region``, the
     # ``regions`` pass) puts a body's whole joint in its backward call, which recomputes the
     # forward there and draws new dropout masks; each body is split once into a forward that also

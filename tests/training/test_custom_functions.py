@@ -85,6 +85,8 @@ def test_custom_function_in_a_dynamo_graph_trains_as_eager(program: str, pipelin
     torch.testing.assert_close(_gradient(torch.compile(fn, backend=backend, fullgraph=True)), _gradient(fn))
     (report,) = backend.reports
     assert report.uncached.startswith("its joint is differentiated from the captured graph")
+    (joint,) = [record for record in report.records if record.pass_name == "joint"]
+    assert joint.stats["differentiated"] == "the captured graph (a custom autograd.Function)"
 
 
 @pytest.mark.parametrize("pipeline", PIPELINES)
