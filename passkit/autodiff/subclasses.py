@@ -13,12 +13,15 @@ builds it back into.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 from torch.fx import GraphModule
 
+from passkit import _torch
 from passkit._torch import subclasses as torch_subclasses
 from passkit._torch.subclasses import Layout
 from passkit.errors import PasskitError
@@ -49,6 +52,11 @@ class SubclassSource:
     captured_main: Any = None
     # Why ``joint`` differentiates this graph rather than the functional main (its report row says).
     reason: str = "tensor subclasses"
+
+    @functools.cached_property
+    def builds_nested(self) -> bool:
+        """Whether the graph builds a jagged tensor itself (``joint`` then traces sizes lazily)."""
+        return isinstance(self.graph, GraphModule) and _torch.builds_nested(self.graph)
 
     def plain_grad_layouts(self) -> dict[int, Layout]:
         """The subclass layouts of plain inputs' gradients, by flat input position."""
@@ -204,7 +212,10 @@ class SubclassJoint:
     def __call__(self, *flat: Any) -> tuple[Any, ...]:
         n = sum(len(span) for span in self.in_spans)
         primals, tangents = flat[:n], flat[n:]
-        with torch_subclasses.sizes_traced_when_used():
+        # Only where a jagged tensor is built inside: its nested int has no proxy. Elsewhere lazy
+        # size arithmetic chains thunks that overflow the stack (DTensor with symbolic sizes).
+        lazy = self.source.builds_nested
+        with torch_subclasses.sizes_traced_when_used() if lazy else contextlib.nullcontext():
             with torch.enable_grad():
                 outs = self._run(primals)
             flat_outs = self._flatten(outs)
