@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from passkit.examples.moe import MoE
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from paired import repetitions  # noqa: E402
@@ -37,26 +39,6 @@ from step_time import (  # noqa: E402
     time_rounds,
     warm_up,
 )
-
-
-class MoE(torch.nn.Module):
-    """Top-1 token routing: a gate picks each token's expert; each expert is a GELU MLP."""
-
-    def __init__(self, dim: int, experts: int) -> None:
-        super().__init__()
-        self.gate = torch.nn.Linear(dim, experts)
-        self.experts = torch.nn.ModuleList(
-            torch.nn.Sequential(torch.nn.Linear(dim, 2 * dim), torch.nn.GELU(), torch.nn.Linear(2 * dim, dim))
-            for _ in range(experts)
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight, idx = self.gate(x).softmax(-1).max(-1)
-        out = torch.zeros_like(x)
-        for i, expert in enumerate(self.experts):
-            rows = torch.nonzero(idx == i).squeeze(-1)
-            out = out.index_add(0, rows, expert(x[rows]) * weight[rows, None])
-        return out
 
 
 def main() -> int:

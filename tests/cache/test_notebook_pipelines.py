@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,36 +16,12 @@ import pytest
 from passkit.cache.store import CACHE_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK_PASS = ROOT / "tests" / "notebook_pass.py"
 
 # What a notebook's cells hold, top to bottom; the last cell prints what the test reads.
-NOTEBOOK = '''
+NOTEBOOK = NOTEBOOK_PASS.read_text() + '''
 import copy
 import json
-
-import torch
-
-import passkit
-
-aten = torch.ops.aten
-
-
-@passkit.graph_pass("nb.fold_double_neg", requires={"functional"})
-def fold_double_neg(program: passkit.Program, *, max_rewrites: int = 100) -> bool:
-    """Rewrite neg(neg(x)) to x."""
-    rewrites = 0
-    for gm in program.graphs.values():
-        for node in list(gm.graph.nodes):
-            inner = node.args[0] if node.target is aten.neg.default else None
-            if rewrites >= max_rewrites or getattr(inner, "target", None) is not aten.neg.default:
-                continue
-            node.replace_all_uses_with(inner.args[0])
-            gm.graph.erase_node(node)
-            if not inner.users:
-                gm.graph.erase_node(inner)
-            rewrites += 1
-        gm.recompile()
-    program.record_stat("rewrites", rewrites)
-    return rewrites > 0
 
 
 pipeline = {
@@ -96,7 +71,7 @@ def _run(notebook: Path, cache: Path) -> dict:
 @pytest.mark.slow
 def test_a_notebook_pass_compiles_hits_the_cache_and_recompiles_when_edited(tmp_path: Path) -> None:
     notebook, cache = tmp_path / "nb.py", tmp_path / "cache"
-    notebook.write_text(textwrap.dedent(NOTEBOOK))
+    notebook.write_text(NOTEBOOK)
 
     cold = _run(notebook, cache)
     assert cold["cache"] == "" and cold["matches_eager"]

@@ -12,31 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from notebook_pass import fold_double_neg
 
 import passkit
 from passkit.cache.store import CACHE_ENV
 
-aten = torch.ops.aten
 HERE = Path(__file__).name
-
-
-@passkit.graph_pass("nb.fold_double_neg", requires={"functional"})
-def fold_double_neg(program: passkit.Program, *, max_rewrites: int = 100) -> bool:
-    """Rewrite neg(neg(x)) to x."""
-    rewrites = 0
-    for gm in program.graphs.values():
-        for node in list(gm.graph.nodes):
-            inner = node.args[0] if node.target is aten.neg.default else None
-            if rewrites >= max_rewrites or getattr(inner, "target", None) is not aten.neg.default:
-                continue
-            node.replace_all_uses_with(inner.args[0])
-            gm.graph.erase_node(node)
-            if not inner.users:
-                gm.graph.erase_node(inner)
-            rewrites += 1
-        gm.recompile()
-    program.record_stat("rewrites", rewrites)
-    return rewrites > 0
 
 
 PIPELINE = {"pipeline": {"extends": "training-python"}, "steps": [{"pass": fold_double_neg, "after": "decompose"}]}

@@ -12,6 +12,7 @@ from torch import nn
 
 import passkit
 from passkit.examples import transformer
+from passkit.examples.moe import MoE
 from passkit.regions.traced_once import LayerMarks, repeated_layers
 
 ONCE = """
@@ -264,29 +265,11 @@ def test_a_layer_dynamo_cannot_trace_whole_after_part_of_the_model_ran_is_one_li
                                  "the model ran; set trace_once = false on the regions step")
 
 
-class RoutedExperts(nn.Module):
-    """MoE routing: each expert (a layer of modules) takes the rows only the data picks."""
-
-    def __init__(self, d: int = 16, experts: int = 4) -> None:
-        super().__init__()
-        self.gate = nn.Linear(d, experts)
-        self.experts = nn.ModuleList(nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
-                                     for _ in range(experts))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight, idx = self.gate(x).softmax(-1).max(-1)
-        out = torch.zeros_like(x)
-        for i, expert in enumerate(self.experts):
-            rows = torch.nonzero(idx == i).squeeze(-1)
-            out = out.index_add(0, rows, expert(x[rows]) * weight[rows, None])
-        return out
-
-
 def test_layers_called_on_data_dependent_rows_are_traced_as_they_are_and_train_exactly() -> None:
     # Dynamo's check whether a marked layer's earlier trace fits compares two experts' row
     # counts, both unbacked: it cannot decide, and the compile failed.
     torch.manual_seed(0)
-    eager = RoutedExperts()
+    eager = MoE()
     once = passkit.compile(copy.deepcopy(eager), pipeline="training", cache="off")
     x = torch.randn(32, 16)
     with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
