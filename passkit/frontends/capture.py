@@ -260,9 +260,10 @@ def program_from_graph(
             )
         )
     outputs, training = _analyse_outputs(gm, real_inputs)
-    # Differentiated at the level the user wrote, as AOT Autograd does: the graph kept as captured.
+    # Differentiated at the level the user wrote, as AOT Autograd does: the graph kept as captured
+    # (a flattened graph's joint already differentiates the graph over subclasses, ``source``).
     requires_grad = [info.requires_grad for info in inputs]
-    lost = _what_forward_traces_lose(gm, fakes, requires_grad, fake_mode) if training else None
+    lost = _what_forward_traces_lose(gm, fakes, requires_grad, fake_mode) if training and source is None else None
     io = GraphIO(
         inputs=[Desc(info.kind, i) for i, info in enumerate(inputs)],
         outputs=[Desc("user", j) for j in range(len(outputs))],

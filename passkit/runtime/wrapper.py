@@ -198,8 +198,8 @@ def _built_grads(runtime: CompiledProgram, grads: Sequence[Any], geometry: dict[
     result: list[Any] = [None] * runtime.n_inputs
     for target, leaves in parts.items():
         layout = runtime.grad_layouts.get(target)
-        if layout is None or any(leaf is None for leaf in leaves):
-            result[target] = leaves[0] if layout is None else None
+        if layout is None or all(leaf is None for leaf in leaves):
+            result[target] = leaves[0]
         else:
             result[target] = unflatten_value(layout, iter(leaves), runtime=True, outer=geometry[target])
     return result
