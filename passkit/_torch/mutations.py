@@ -49,8 +49,11 @@ def has_mutations(gm: GraphModule) -> bool:
 
 
 def storage_of(value: Any) -> Any:
-    """A hashable handle on the storage of ``value`` (real or fake tensor); None for others."""
-    return StorageWeakRef(value.untyped_storage()) if isinstance(value, torch.Tensor) else None
+    """A hashable handle on the storage of ``value`` (real or fake tensor); None for others, and
+    for a sparse tensor, which has no storage (``EmbeddingBag(sparse=True)``'s gradient)."""
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+        return None
+    return StorageWeakRef(value.untyped_storage())
 
 
 def is_multi_output_view(value: Any) -> bool:

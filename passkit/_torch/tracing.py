@@ -171,11 +171,7 @@ def functional_trace(
             new_values.append(_from_functional(wrapped_arg))
         return (*new_values, *[_from_functional(o) for o in flat_outs])
 
-    # Symbolic sizes trace under the Python dispatcher, as torch's AOT path traces them: its
-    # decompositions keep a size symbolic where torch 2.11's C++ reads it as an int, a guard
-    # that fixed the size (``matmul`` of 4-d tensors; a recompile for every new shape).
-    symbolic = has_symbolic_sizes(list(args))
-    gm = _traced(functionalized, args, decompositions, pre_dispatch, lambda: python_dispatcher() if symbolic else contextlib.nullcontext())
+    gm = _traced(functionalized, args, decompositions, pre_dispatch)
     _drop_unused_effect_tokens(gm, len(args))
     if arg_names is not None:
         _rename_placeholders(gm, arg_names)
@@ -185,20 +181,29 @@ def functional_trace(
 
 def _traced(
     fn: Callable[..., Any], args: Sequence[Any], decompositions: dict[Any, Callable[..., Any]] | None, pre_dispatch: bool,
-    dispatcher: Callable[[], Any] = contextlib.nullcontext, *, record_module_stack: bool = True,
+    *, record_module_stack: bool = True,
 ) -> GraphModule:
-    """``make_fx`` of ``fn`` in the fake mode of ``args``, once more with a shape environment given
-    to that mode when a data-dependent op met it without one: a decomposition or a backward
-    formula that makes an unbacked size (``index_put``'s with a mask calls ``nonzero``)."""
+    """``make_fx`` of ``fn`` in the fake mode of ``args``, once more when a kernel read tensor data
+    the fakes lack: with a shape environment given to that mode (a decomposition or backward
+    formula that makes an unbacked size: ``index_put``'s with a mask calls ``nonzero``), then
+    under the Python dispatcher (a composite op whose C++ kernel reads its argument's elements).
+
+    Symbolic sizes trace under the Python dispatcher from the start, as torch's AOT path traces
+    them: its decompositions keep a size symbolic where torch's C++ reads it as an int, a guard
+    that fixed the size (``matmul`` of 4-d tensors), or fails (``_embedding_bag_backward`` with
+    ``sparse=True`` reshapes to int sizes: "Cannot call numel() on tensor with symbolic sizes").
+    """
     fake_mode = fake_mode_of(args)
 
-    def trace() -> GraphModule:
+    def trace(dispatcher: Callable[[], Any]) -> GraphModule:
         # A graph's no_grad region that raises midway would leave grad mode off for the caller.
         with in_fake_mode(fake_mode), dispatcher(), fresh_subgraph_caches(), region_schemas_remembered(), fx_traceback.preserve_node_meta(), torch.set_grad_enabled(torch.is_grad_enabled()):
             return make_fx(fn, decomposition_table=decompositions or {}, pre_dispatch=pre_dispatch,
                            record_module_stack=record_module_stack)(*args)
 
-    return retrying_with_shape_env(fake_mode, trace)
+    if has_symbolic_sizes(list(args)):
+        return retrying_with_shape_env(fake_mode, lambda: trace(python_dispatcher))
+    return retrying_with_shape_env(fake_mode, lambda: trace(contextlib.nullcontext), lambda: trace(python_dispatcher))
 
 
 def _record_constant_inputs(gm: GraphModule, args: Sequence[Any]) -> None:

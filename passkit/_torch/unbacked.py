@@ -19,7 +19,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 T = TypeVar("T")
 
 __all__ = ["asks_for_unbacked_sizes", "data_dependent_guard", "forget_pending_unbacked", "give_shape_env", "is_runtime_assert", "makes_unbacked_sizes",
-           "retrying_with_shape_env"]
+           "range_constraints_of", "retrying_with_shape_env"]
 
 # Tensor methods and torch functions Dynamo records whose result size or value is data's.
 _DATA_DEPENDENT_NAMES = frozenset(
@@ -58,6 +58,59 @@ def makes_unbacked_sizes(gm: GraphModule) -> bool:
         if isinstance(module, GraphModule)
         for node in module.graph.nodes
     )
+
+
+def _graph_values(gm: GraphModule) -> list[Any]:
+    return [
+        node.meta["val"]
+        for module in gm.modules()
+        if isinstance(module, GraphModule)
+        for node in module.graph.nodes
+        if node.meta.get("val") is not None
+    ]
+
+
+def _unbacked_symbols_of(values: list[Any]) -> list[Any]:
+    found: dict[Any, None] = {}
+    for value in values:
+        try:
+            found.update(dict.fromkeys(free_unbacked_symbols(value)))
+        except Exception:  # noqa: BLE001 - a value symbolic_shapes cannot walk holds none
+            continue
+    return list(found)
+
+
+def _shape_env_of(values: list[Any]) -> Any:
+    for value in values:
+        if isinstance(value, torch.Tensor) and getattr(value, "fake_mode", None) is not None:
+            return value.fake_mode.shape_env
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return value.node.shape_env
+    return None
+
+
+def range_constraints_of(gm: GraphModule, captured: dict[Any, Any]) -> dict[Any, Any]:
+    """The range constraints of an exported graph that passkit traced again: ``captured``'s
+    (those ``torch.export`` recorded) for the symbols the graph still holds, and for each
+    unbacked symbol the new trace drew (``u2`` where the capture had ``u0``: each trace of
+    ``.item()`` or ``nonzero`` draws a fresh one) its range in the shape environment, as
+    ``run_decompositions`` takes them. ``torch.export.load`` rebuilds its shape environment
+    from these alone, and fails on a symbol they lack."""
+    values = _graph_values(gm)
+    shape_env = _shape_env_of(values)
+    if shape_env is None:
+        return dict(captured)
+    unbacked = _unbacked_symbols_of(values)
+    replaced = getattr(shape_env, "replacements", {})
+    kept = {
+        symbol: bounds
+        for symbol, bounds in captured.items()
+        if symbol not in replaced and (symbol in unbacked or not free_unbacked_symbols(symbol))
+    }
+    for symbol in unbacked:
+        if symbol not in kept and symbol in shape_env.var_to_range:
+            kept[symbol] = shape_env.var_to_range[symbol]
+    return kept
 
 
 def asks_for_unbacked_sizes(exc: BaseException) -> bool:
@@ -100,15 +153,42 @@ def give_shape_env(fake_mode: Any) -> bool:
     return True
 
 
-def retrying_with_shape_env(fake_mode: Any, trace: Callable[[], T]) -> T:
-    """``trace()``, once more with a shape environment given to ``fake_mode`` when it failed at a
-    data-dependent op for want of one."""
+def _reads_fake_data(exc: BaseException) -> bool:
+    """Whether a trace failed because a kernel read a fake tensor's data: a data-dependent op
+    without a shape environment, or a C++ composite kernel that reads its argument's elements
+    (``tensor_split`` with a tensor of split points)."""
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 8:
+        if "data is not allocated yet" in str(current):
+            return True
+        current, seen = current.__cause__ or current.__context__, seen + 1
+    return asks_for_unbacked_sizes(exc)
+
+
+def retrying_with_shape_env(fake_mode: Any, trace: Callable[[], T], with_python_kernels: Callable[[], T] | None = None) -> T:
+    """``trace()``; when it failed reading tensor data, once more with a shape environment given
+    to ``fake_mode`` if it had none, and then ``with_python_kernels()``: the trace under torch's
+    Python dispatcher, whose Python kernels of composite ops (``istft``, ``tensor_split`` with a
+    tensor of split points) read data through ``.item()`` as unbacked symbols where their C++
+    kernels read elements a fake tensor does not have. ``torch.export`` always traces under it."""
     try:
         return trace()
     except Exception as exc:
-        if not asks_for_unbacked_sizes(exc) or not give_shape_env(fake_mode):
+        if not _reads_fake_data(exc):
             raise
-    return trace()
+        if not give_shape_env(fake_mode):
+            if with_python_kernels is None:
+                raise
+            return with_python_kernels()
+    if with_python_kernels is None:
+        return trace()
+    try:
+        return trace()
+    except Exception as exc:
+        if not _reads_fake_data(exc):
+            raise
+    return with_python_kernels()
 
 
 def data_dependent_guard(exc: BaseException) -> str | None:

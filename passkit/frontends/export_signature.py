@@ -34,6 +34,7 @@ from torch.export.graph_signature import (
 )
 from torch.fx import GraphModule, Node
 
+from passkit import _torch
 from passkit.core.program import Program
 from passkit.errors import PasskitError
 
@@ -127,7 +128,7 @@ def exported_from_program(program: Program, state: ExportState) -> torch.export.
         graph=gm.graph,
         graph_signature=ExportGraphSignature(input_specs=input_specs, output_specs=output_specs),
         state_dict={name: value for name, value in state_dict.items() if name in read},
-        range_constraints=state.range_constraints,
+        range_constraints=_torch.range_constraints_of(gm, state.range_constraints),
         module_call_graph=copy.deepcopy(state.module_call_graph),
         example_inputs=state.example_inputs,
         constants={name: value for name, value in constants.items() if name in read},
