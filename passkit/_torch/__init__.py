@@ -24,7 +24,7 @@ owns one side of torch:
 - ``logs``: structured trace artifacts and Dynamo's compile ids;
 - ``region_values``: each outlined region call's own results, and operands it passes on read directly;
 - ``region_calls``: a graph that calls regions compiled as Python calling each distinct body once;
-- ``unbacked``: data-dependent sizes (``nonzero``, ``.item()``) and the shape environment they need;
+- ``unbacked``: data-dependent sizes (``nonzero``, ``.item()``), the shape environment they need, an export's range constraints;
 - ``values``: which values compiled kernels cannot read, and whether a trace records the call.
 
 Supported torch: 2.11 to 2.13.

@@ -1,6 +1,7 @@
 """Own data-dependent sizes: which graphs make unbacked symbols (``nonzero``, ``masked_select``,
-``unique``, ``.item()``), and which tracing failures ask for the shape environment that carries
-them.
+``unique``, ``.item()``), which tracing failures ask for the shape environment that carries
+them or for torch's Python kernels that read data through ``.item()``, and the range
+constraints an exported graph's symbols need.
 
 A graph that makes one is traced in a fake mode with a ``ShapeEnv``, as torch's AOT path traces
 it: the op's fake rule draws a fresh unbacked symbol for the size or value, ``make_fx`` records
