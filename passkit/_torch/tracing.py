@@ -183,12 +183,11 @@ def _traced(
     fn: Callable[..., Any], args: Sequence[Any], decompositions: dict[Any, Callable[..., Any]] | None, pre_dispatch: bool,
     *, record_module_stack: bool = True,
 ) -> GraphModule:
-    """``make_fx`` of ``fn`` in the fake mode of ``args``; on a kernel that read data the fakes lack,
-    again with a shape environment (``index_put`` with a mask calls ``nonzero``), then under the
-    Python dispatcher (``istft``'s C++ kernel reads elements; see ``retrying_with_shape_env``).
-    Symbolic sizes trace under it from the start, as torch's AOT path does: torch's C++ reads
-    some sizes as ints, a guard (``matmul`` of 4-d tensors) or a failure (sparse
-    ``_embedding_bag_backward``: "Cannot call numel() on tensor with symbolic sizes")."""
+    """``make_fx`` of ``fn`` in the fake mode of ``args``, retried when a kernel read data the fakes
+    lack (``retrying_with_shape_env``). Symbolic sizes trace under the Python dispatcher, as
+    torch's AOT path does: torch's C++ reads some sizes as ints, a guard (``matmul`` of 4-d
+    tensors) or a failure (sparse ``_embedding_bag_backward``: "Cannot call numel() on tensor
+    with symbolic sizes")."""
     fake_mode = fake_mode_of(args)
 
     def trace(dispatcher: Callable[[], Any]) -> GraphModule:
