@@ -11,7 +11,9 @@
   dies stops renewing, and the lease expires: a waiter then takes it and compiles;
 - the server is read only when the process trusts keys (``PASSKIT_CACHE_TRUSTED_KEYS``):
   whoever can write the server could otherwise run code in every reader. Without them it is
-  written, never read, and ``unreadable`` says why;
+  written, never read, and ``unreadable`` says why. It is written only by a process that signs
+  (``PASSKIT_CACHE_SIGNING_KEY``): no reader loads an unsigned entry, and writing one would
+  replace a signed entry of the same key;
 - a server that cannot be reached, at the start or in the middle of a run, costs one warning
   line; from then on this process uses the folder alone (no second timeout per compile).
 """
@@ -100,9 +102,9 @@ class ServerStore:
 
     name = "server"
 
-    def __init__(self, url: str, *, readable: bool, unreadable: str = "") -> None:
+    def __init__(self, url: str, *, readable: bool, unreadable: str = "", writable: bool = True) -> None:
         self.url = url
-        self.readable = readable
+        self.readable, self.writable = readable, writable
         self.unreadable = unreadable  # why it is not read, for ``cache info``
         self.client = _client(url)
         self.down = False
@@ -159,13 +161,15 @@ class ServerInfo:
     bytes: int | None
     read: bool  # whether compiles load entries from it
     why_not_read: str = ""
+    written: bool = True  # whether compiles write their entries to it
+    why_not_written: str = ""
     error: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def server_info(url: str, *, readable: bool, unreadable: str = "") -> ServerInfo:
+def server_info(url: str, *, readable: bool, unreadable: str = "", unwritable: str = "") -> ServerInfo:
     """Count the server's entries and their bytes (``SCAN`` and ``STRLEN``)."""
     import redis
 
@@ -180,7 +184,7 @@ def server_info(url: str, *, readable: bool, unreadable: str = "") -> ServerInfo
             lengths = pipe.execute()
             count, size = sum(1 for n in lengths if n), sum(lengths)
     except redis.exceptions.RedisError as exc:
-        return ServerInfo(url, False, None, None, readable, unreadable, _reason(exc))
+        return ServerInfo(url, False, None, None, readable, unreadable, not unwritable, unwritable, _reason(exc))
     finally:
         client.close()
-    return ServerInfo(url, True, count, size, readable, unreadable)
+    return ServerInfo(url, True, count, size, readable, unreadable, not unwritable, unwritable)

@@ -90,7 +90,7 @@ from passkit.cache.entry import CorruptEntry, UntrustedEntry, decode, encode
 from passkit.cache.folder import CACHE_ENV, SUFFIX, CacheInfo, cache_dir, cache_info, clear_cache, usable_cache_dir
 from passkit.cache.key import FORMAT, cache_key, global_settings, plan_digest
 from passkit.cache.server import ServerStore, server_url
-from passkit.cache.signing import TRUSTED_KEYS_ENV, signing_key, trusted_keys
+from passkit.cache.signing import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV, signing_key, trusted_keys
 from passkit.cache.stores import FolderStore, Layered, Lease, Store
 from passkit.core.progress import ProgressEvent, send
 
@@ -112,6 +112,7 @@ __all__ = [
     "clear_cache",
     "open_stores",
     "server_unreadable",
+    "server_unwritable",
 ]
 
 WAIT_LINE_EVERY_S = 10.0
@@ -119,7 +120,7 @@ POLL_S = 0.2
 
 log = logging.getLogger("passkit.cache")
 _refused: set[tuple[str, str]] = set()  # (key, reason) lines this process already wrote
-_servers: dict[tuple[str, bool], ServerStore] = {}  # one per URL and process: it remembers being down
+_servers: dict[tuple[str, bool, bool], ServerStore] = {}  # one per URL and process: it remembers being down
 
 
 def cache_enabled(pipeline: Pipeline) -> bool:
@@ -133,10 +134,18 @@ def _readable(pipeline: Pipeline) -> bool:
 
 
 def server_unreadable(trusted: frozenset[bytes] | None) -> str:
-    """Why the server is written but not read, or "" when it is read."""
+    """Why the server is not read, or "" when it is read."""
     if trusted:
         return ""
     return f"{TRUSTED_KEYS_ENV} is not set, and a server entry is loaded only when a trusted key signed it"
+
+
+def server_unwritable(signs: bool) -> str:
+    """Why the server is not written, or "" when it is: an unsigned entry is one no reader loads,
+    and it would replace a signed one."""
+    if signs:
+        return ""
+    return f"{SIGNING_KEY_ENV} is not set, and no reader loads an unsigned entry from the server"
 
 
 def open_stores(trusted: frozenset[bytes] | None) -> Layered | None:
@@ -148,10 +157,10 @@ def open_stores(trusted: frozenset[bytes] | None) -> Layered | None:
         stores.append(FolderStore(directory, shared=bool(trusted)))
     url = server_url()
     if url is not None:
-        why = server_unreadable(trusted)
-        if (url, not why) not in _servers:
-            _servers[(url, not why)] = ServerStore(url, readable=not why, unreadable=why)
-        stores.append(_servers[(url, not why)])
+        why, signs = server_unreadable(trusted), signing_key() is not None
+        if (url, not why, signs) not in _servers:
+            _servers[(url, not why, signs)] = ServerStore(url, readable=not why, unreadable=why, writable=signs)
+        stores.append(_servers[(url, not why, signs)])
     return Layered(stores) if stores else None
 
 

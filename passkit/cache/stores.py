@@ -48,7 +48,8 @@ class Store(Protocol):
     """Entries' bytes under their keys, and the leases of the keys being compiled."""
 
     name: str  # "folder" or "server": what a hit's report names
-    readable: bool  # False: written, never read (a server without trusted keys)
+    readable: bool  # False: never read (a server without trusted keys)
+    writable: bool  # False: never written (a server without a signing key)
 
     def get(self, key: str) -> bytes | None: ...
 
@@ -97,7 +98,7 @@ class FolderStore:
     A ``shared`` folder (the group's) gets group-readable entries and group-lockable leases."""
 
     name = "folder"
-    readable = True
+    readable = writable = True
 
     def __init__(self, directory: Path, *, shared: bool = False) -> None:
         self.directory = Path(directory)
@@ -162,7 +163,7 @@ class Layered:
         """Write to every store but ``skip`` (the one the entry came from); a failing folder
         raises ``OSError``, a failing server has warned and gone quiet."""
         for store in self.stores:
-            if store is not skip:
+            if store.writable and store is not skip:
                 store.put(key, blob)
 
     def claim(self, key: str) -> Lease | str | None:
