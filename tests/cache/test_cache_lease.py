@@ -1,0 +1,140 @@
+"""One compile per key: a process that misses a key another process is compiling waits for it,
+with a progress line naming that process, and loads its entry; when the compiling process dies,
+its lease goes (the folder's lock at once, the server's when its time to live runs out) and a
+waiter compiles; none waits longer than ``[settings] cache_wait``. Processes started together
+run the steps once, with a folder or with a real ``redis-server``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import passkit
+from passkit.cli import main
+
+CHILD = Path(__file__).resolve().parents[1] / "cache_child.py"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, **extra}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    return env
+
+
+def _compile(**settings: object):  # noqa: ANN202
+    """The program ``cache_child.compile_and_report`` compiles (the same key), trained once and
+    compared with eager; its report."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.GELU(), torch.nn.LayerNorm(8), torch.nn.Linear(8, 3))
+    x = torch.randn(5, 6)
+    compiled = passkit.compile(model, pipeline="training-python", **settings)
+    torch.testing.assert_close(compiled(x), model(x))
+    return compiled.passkit_reports[0]
+
+
+def _hanging_compiler(**env: str) -> subprocess.Popen:
+    """A process that compiles the program and stops inside writing its entry, lease held."""
+    child = subprocess.Popen([sys.executable, str(CHILD), "--hang-in-write"], env=_env(**env),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "writing", child.stderr.read()
+    return child
+
+
+def _kill_after(child: subprocess.Popen, seconds: float) -> threading.Timer:
+    timer = threading.Timer(seconds, child.send_signal, (signal.SIGKILL,))
+    timer.start()
+    return timer
+
+
+def _messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name.startswith("passkit")]
+
+
+def test_a_waiter_takes_over_at_once_when_the_folder_lock_holder_dies(tmp_path, monkeypatch, caplog) -> None:
+    monkeypatch.setenv("PASSKIT_CACHE_DIR", str(tmp_path / "cache"))
+    child = _hanging_compiler(PASSKIT_CACHE_DIR=str(tmp_path / "cache"))
+    started = time.monotonic()
+    timer = _kill_after(child, 2.0)
+    try:
+        with caplog.at_level(logging.INFO, logger="passkit"):
+            report = _compile()
+    finally:
+        timer.cancel()
+        child.kill()
+        child.wait(60)
+    assert report.cache == "" and time.monotonic() - started >= 2.0
+    assert f"waiting for {socket.gethostname()}:{child.pid} to compile graph 1 (0 s) ..." in _messages(caplog)
+    assert _compile().cache == "hit"
+
+
+def test_a_dead_compilers_server_lease_expires_and_a_waiter_compiles(tmp_path, server, monkeypatch, caplog) -> None:
+    url, _ = server
+    CliRunner().invoke(main, ["cache", "keygen", str(tmp_path / "keys")])
+    keys = {"PASSKIT_CACHE_URL": url, "PASSKIT_CACHE_SIGNING_KEY": str(tmp_path / "keys" / "passkit-cache.key"),
+            "PASSKIT_CACHE_TRUSTED_KEYS": str(tmp_path / "keys" / "passkit-cache.pub"), "PASSKIT_CACHE_LEASE_SECONDS": "3"}
+    child = _hanging_compiler(PASSKIT_CACHE_DIR=str(tmp_path / "other-machine"), **keys)
+    for name, value in keys.items():
+        monkeypatch.setenv(name, value)
+    child.send_signal(signal.SIGKILL)
+    child.wait(60)
+    killed = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="passkit"):
+        report = _compile()
+    waited = time.monotonic() - killed
+    assert report.cache == "" and 1.0 <= waited
+    assert f"waiting for {socket.gethostname()}:{child.pid} to compile graph 1 (0 s) ..." in _messages(caplog)
+
+
+def test_no_process_waits_longer_than_cache_wait(tmp_path, monkeypatch, caplog) -> None:
+    monkeypatch.setenv("PASSKIT_CACHE_DIR", str(tmp_path / "cache"))
+    child = _hanging_compiler(PASSKIT_CACHE_DIR=str(tmp_path / "cache"))
+    try:
+        with caplog.at_level(logging.WARNING, logger="passkit.cache"):
+            report = _compile(cache_wait=1)
+    finally:
+        child.kill()
+        child.wait(60)
+    assert report.cache == ""
+    assert _messages(caplog) == [f"passkit: waited 1 s for {socket.gethostname()}:{child.pid} to compile graph 1; "
+                                 "compiling it here too ([settings] cache_wait)"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["folder", "server"])
+def test_processes_started_together_run_the_steps_once(where, tmp_path, request) -> None:
+    env = {"PASSKIT_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    if where == "server":
+        url, _ = request.getfixturevalue("server")
+        CliRunner().invoke(main, ["cache", "keygen", str(tmp_path / "keys")])
+        env.update(PASSKIT_CACHE_URL=url, PASSKIT_CACHE_SIGNING_KEY=str(tmp_path / "keys" / "passkit-cache.key"),
+                   PASSKIT_CACHE_TRUSTED_KEYS=str(tmp_path / "keys" / "passkit-cache.pub"))
+    runs = []
+    for number in range(3):
+        if where == "server":  # each on its own machine, as far as the folder goes
+            env["PASSKIT_CACHE_DIR"] = str(tmp_path / f"cache{number}")
+        out = tmp_path / f"run{number}.json"
+        runs.append((out, subprocess.Popen([sys.executable, "-m", "passkit", "run", "training-python", "--json", str(out)],
+                                           env=_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    results = []
+    for out, process in runs:
+        _, stderr = process.communicate(timeout=600)
+        assert process.returncode == 0, stderr  # equal to eager
+        results.append((json.loads(out.read_text())["reports"][0], stderr))
+    marks = sorted((report["cache"], report["source"]) for report, _ in results)
+    assert marks == [("", ""), ("hit", where), ("hit", where)]
+    compiler = next(runs[i][1].pid for i, (report, _) in enumerate(results) if report["cache"] == "")
+    waited = [stderr for report, stderr in results if report["cache"] == "hit"]
+    assert any(f":{compiler} to compile graph 1 (" in stderr for stderr in waited), waited
