@@ -328,7 +328,7 @@ class CompileCache:
         stores and ``release``s) or wait for its holder's entry and load that. A holder that dies
         loses its lease and a waiter takes it; after ``wait_seconds`` a waiter compiles itself."""
         report = self.load(program)
-        if report is not None or not self.readable:
+        if report is not None or not self.readable or self.wait_seconds <= 0:
             return report
         started = time.monotonic()
         next_line = started
