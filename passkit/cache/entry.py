@@ -24,7 +24,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from passkit.cache.signing import public_text
+from passkit.cache.signing import public_half, public_text
 
 __all__ = ["MAGIC", "CorruptEntry", "UntrustedEntry", "Decoded", "encode", "decode", "with_origin"]
 
@@ -56,12 +56,10 @@ def _message(key: str, digest: bytes, length: int) -> bytes:
 
 def encode(key: str, payload: bytes, signer: Any = None, origin: str = "") -> bytes:
     """The entry for ``payload`` under ``key``, signed by ``signer`` (an ed25519 private key) if given."""
-    from cryptography.hazmat.primitives import serialization
-
     digest = hashlib.sha256(payload).digest()
     public, signature = UNSIGNED, bytes(_SIGNATURE)
     if signer is not None:
-        public = signer.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        public = public_half(signer)
         signature = signer.sign(_message(key, digest, len(payload)))
     label = origin.encode().ljust(_ORIGIN)[:_ORIGIN]
     return MAGIC + label + public + signature + digest + len(payload).to_bytes(_LENGTH, "little") + payload

@@ -19,6 +19,7 @@ import base64
 import functools
 import os
 from pathlib import Path
+from typing import Any
 
 from passkit.errors import PasskitError
 
@@ -29,6 +30,8 @@ __all__ = [
     "PUBLIC_NAME",
     "keygen",
     "public_text",
+    "public_half",
+    "require_cryptography",
     "signing_key",
     "trusted_keys",
 ]
@@ -40,6 +43,14 @@ PUBLIC_NAME = "passkit-cache.pub"
 PREFIX = "ed25519:"
 
 
+def require_cryptography(variable: str) -> None:
+    """Raise a one-line ``PasskitError`` when the ``cryptography`` package is missing."""
+    try:
+        import cryptography  # noqa: F401
+    except ImportError:
+        raise PasskitError(f"{variable} needs the 'cryptography' package (pip install 'passkit[cluster]')") from None
+
+
 def public_text(raw: bytes) -> str:
     """How a public key is written and named in messages: ``ed25519:<base64>``."""
     return PREFIX + base64.b64encode(raw).decode()
@@ -47,6 +58,7 @@ def public_text(raw: bytes) -> str:
 
 def keygen(folder: Path) -> tuple[Path, Path]:
     """Write a new key pair into ``folder`` (created if missing); refuse to overwrite one."""
+    require_cryptography("passkit cache keygen")
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -61,13 +73,20 @@ def keygen(folder: Path) -> tuple[Path, Path]:
     fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never readable by others, not even briefly
     with os.fdopen(fd, "wb") as handle:
         handle.write(pem)
-    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    public.write_text(public_text(raw) + "\n")
+    public.write_text(public_text(public_half(key)) + "\n")
     return private, public
+
+
+def public_half(key: Any) -> bytes:
+    """The raw 32 bytes of a private key's public half."""
+    from cryptography.hazmat.primitives import serialization
+
+    return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
 @functools.lru_cache(maxsize=8)
 def _read_signing_key(path: str):  # noqa: ANN202 - an Ed25519PrivateKey, imported lazily
+    require_cryptography(SIGNING_KEY_ENV)
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -105,6 +124,8 @@ def _parse_public(path: Path) -> bytes:
 
 @functools.lru_cache(maxsize=8)
 def _read_trusted(paths: str) -> frozenset[bytes]:
+    if paths:
+        require_cryptography(TRUSTED_KEYS_ENV)
     return frozenset(_parse_public(Path(part).expanduser()) for part in paths.split(os.pathsep) if part.strip())
 
 

@@ -75,17 +75,14 @@ a hit runs no step; they are written whenever ``cache = "on"``.
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import inspect
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-import torch
-from torch.fx import GraphModule
 
 from passkit import _torch
+from passkit.cache.callables import load_callable, store_callable
 from passkit.cache.entry import CorruptEntry, UntrustedEntry, decode, encode
 from passkit.cache.folder import CACHE_ENV, SUFFIX, CacheInfo, cache_dir, cache_info, clear_cache, usable_cache_dir
 from passkit.cache.key import FORMAT, cache_key, global_settings, plan_digest
@@ -164,74 +161,6 @@ def open_stores(trusted: frozenset[bytes] | None) -> Layered | None:
     return Layered(stores) if stores else None
 
 
-def _resolves_by_name(target: Any) -> bool:
-    """Whether importing ``target``'s module and looking up its name gives ``target`` back (a
-    higher-order op, ``invoke_subgraph`` calling a region's body: under ``torch.ops.higher_order``)."""
-    if _torch.is_higher_order(target):
-        return getattr(torch.ops.higher_order, target.name(), None) is target
-    module = getattr(target, "__module__", None)
-    if not isinstance(module, str):
-        return False
-    names = [n for n in (getattr(target, "__qualname__", None), getattr(target, "__name__", None)) if isinstance(n, str)]
-    if module.startswith("torch._ops."):  # an ATen operator: torch.ops.<namespace>.<op>[.<overload>]
-        root: Any = getattr(torch.ops, module.split(".", 2)[2], None)
-        names = names[1:]
-    else:
-        try:
-            root = importlib.import_module(module)
-        except Exception:  # noqa: BLE001 - not importable means not storable
-            return False
-    for name in names:
-        found = root
-        try:
-            for part in name.split("."):
-                found = getattr(found, part)
-        except AttributeError:
-            continue
-        if found is target:
-            return True
-    return False
-
-
-def _reloads_faithfully(gm: GraphModule) -> bool:
-    """Whether ``gm`` (and every submodule) is plain FX code over callables found by name."""
-    for module in gm.modules():
-        if not isinstance(module, GraphModule):
-            return False
-        for node in module.graph.nodes:
-            if node.op == "call_function" and not _resolves_by_name(node.target):
-                return False
-    return True
-
-
-def _store_callable(fn: Callable[..., Any]) -> tuple[str, Any] | None:
-    owner = getattr(fn, "__self__", None)
-    if inspect.ismethod(fn) and isinstance(owner, GraphModule) and fn.__name__ == "forward":
-        return ("graph_module", (owner, _torch.graph_codes(owner))) if _reloads_faithfully(owner) else None
-    payload = getattr(fn, "passkit_cache_payload", None)
-    if callable(payload):
-        described = payload()
-        if described is not None:
-            loader, data = described
-            return ("loader", (str(loader), data))
-    return None
-
-
-def _load_callable(stored: tuple[str, Any]) -> Callable[..., Any]:
-    kind, data = stored
-    if kind == "graph_module":
-        gm, codes = data
-        # Rebuilt node by node, it and each region body in it must print the code that was compiled.
-        if _torch.graph_codes(gm) != codes:
-            raise CorruptEntry("a stored graph reloads to other code")
-        return gm.forward
-    if kind == "loader":
-        loader, payload = data
-        module_name, _, attr = loader.partition(":")
-        return getattr(importlib.import_module(module_name), attr)(payload)
-    raise CorruptEntry(f"unknown callable kind {kind!r}")
-
-
 @dataclass
 class CompileCache:
     """The cache as one compile sees it: its stores, key, whether it may read, the keys it
@@ -297,7 +226,7 @@ class CompileCache:
             log.info("passkit: cache entry %s was compiled under shape guards these sizes fail; compiling", self._name(store))
             return None
         try:
-            compiled = {name: _load_callable(stored) for name, stored in entry["compiled"].items()}
+            compiled = {name: load_callable(stored) for name, stored in entry["compiled"].items()}
         except Exception as exc:  # noqa: BLE001 - any failure to load means a bad entry
             self._drop(store, exc)
             return None
@@ -378,7 +307,7 @@ class CompileCache:
         names a key; False when a callable cannot be stored."""
         stored = {}
         for name, fn in program.compiled.items():
-            found = _store_callable(fn)
+            found = store_callable(fn)
             if found is None:
                 log.info("passkit: not caching: graph %r's compiled callable has no cache form", name)
                 return False

@@ -22,15 +22,10 @@ def command() -> None:
 
 def _keys() -> tuple[frozenset[bytes], str | None]:
     """The trusted keys and this process's signing key's public half, as ``info`` shows them."""
-    from cryptography.hazmat.primitives import serialization
-
-    from passkit.cache.signing import public_text, signing_key, trusted_keys
+    from passkit.cache.signing import public_half, public_text, signing_key, trusted_keys
 
     signer = signing_key()
-    public = None
-    if signer is not None:
-        public = public_text(signer.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
-    return trusted_keys(), public
+    return trusted_keys(), public_text(public_half(signer)) if signer is not None else None
 
 
 @command.command("info")
