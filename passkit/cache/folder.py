@@ -224,7 +224,7 @@ def clear_cache(directory: Path | None = None) -> int:
     if not folder.is_dir():
         return 0
     removed = 0
-    for path in [*folder.glob(f"*{SUFFIX}"), *folder.glob(f"*{TEMP_SUFFIX}"), *folder.glob("*.lock")]:
+    for path in [*folder.glob(f"*{SUFFIX}"), *folder.glob(f"*{TEMP_SUFFIX}"), *folder.glob("*.lock"), *folder.glob("*.gaveup")]:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
             removed += 1

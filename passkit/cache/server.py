@@ -23,10 +23,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from passkit.cache.stores import Lease, owner_name
+from passkit.cache.stores import GAVE_UP_SECONDS, Lease, owner_name
 from passkit.errors import PasskitError
 
 __all__ = ["URL_ENV", "LEASE_ENV", "ServerStore", "ServerInfo", "server_url", "lease_seconds", "server_info"]
@@ -35,6 +36,7 @@ URL_ENV = "PASSKIT_CACHE_URL"
 LEASE_ENV = "PASSKIT_CACHE_LEASE_SECONDS"
 ENTRY_PREFIX = "passkit:entry:"
 LEASE_PREFIX = "passkit:lease:"
+GAVE_UP_PREFIX = "passkit:gaveup:"
 CONNECT_TIMEOUT_S = 2.0
 SOCKET_TIMEOUT_S = 30.0  # a large entry over a slow link
 
@@ -137,6 +139,16 @@ class ServerStore:
 
     def drop(self, key: str) -> None:
         self.call(lambda c: c.delete(ENTRY_PREFIX + key))
+
+    def give_up(self, key: str) -> None:
+        self.call(lambda c: c.set(GAVE_UP_PREFIX + key, repr(time.time()), ex=GAVE_UP_SECONDS))
+
+    def gave_up(self, key: str) -> float:
+        when = self.call(lambda c: c.get(GAVE_UP_PREFIX + key))
+        try:
+            return float(when) if when else 0.0
+        except ValueError:
+            return 0.0
 
     def claim(self, key: str) -> Lease | str | None:
         name, owner, ttl_ms = LEASE_PREFIX + key, owner_name(), int(lease_seconds() * 1000)

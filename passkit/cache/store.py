@@ -259,7 +259,7 @@ class CompileCache:
         report = self.load(program)
         if report is not None or not self.readable or self.wait_seconds <= 0:
             return report
-        started = time.monotonic()
+        started, since = time.monotonic(), time.time() - 1.0  # a file's time may be a little behind
         next_line = started
         while True:
             answer = self.stores.claim(self.key)
@@ -283,11 +283,17 @@ class CompileCache:
             report = self.load(program)
             if report is not None:
                 return report
+            if self.stores.gave_up(self.key) >= since:
+                log.info("passkit: %s compiled %s without storing it; compiling it here too", answer, graph)
+                return None
 
-    def release(self) -> None:
-        """Let the waiters go (after ``store``, or when the compile failed)."""
+    def release(self, stored: bool = True) -> None:
+        """Let the waiters go: after ``store``, or, ``stored`` False, after a compile that failed
+        or could not be stored (then the waiters compile at once, rather than one by one)."""
         lease, self.lease = self.lease, None
         if lease is not None:
+            if not stored:
+                self.stores.give_up(self.key)
             lease.release()
 
     def _put(self, blob: bytes, skip: Store | None = None) -> bool:

@@ -14,6 +14,11 @@ writes its ``host:pid`` into the file for the waiters' progress line. Releasing 
 before unlocking it; a process that locks an unlinked file, or a new one made meanwhile, checks
 the stores again before compiling and finds the entry (the same check every claimer makes).
 Without ``fcntl`` (Windows) the folder has no lease: every process that misses compiles.
+
+A holder whose compile ends without an entry (it failed, or its code has no cache form) says so
+(``give_up``: a file ``<key>.gaveup``, or a server key, with the time) before it lets go, so
+that the processes that were waiting then compile at once, together, instead of taking the lease
+one after another. A waiter heeds only a give-up newer than its own wait.
 """
 
 from __future__ import annotations
@@ -27,9 +32,11 @@ from typing import Protocol, runtime_checkable
 
 from passkit.cache.folder import SUFFIX, TEMP_SUFFIX, after_write, touch
 
-__all__ = ["Lease", "Store", "FolderStore", "Layered", "owner_name", "write_atomically", "LOCK_SUFFIX"]
+__all__ = ["Lease", "Store", "FolderStore", "Layered", "owner_name", "write_atomically", "LOCK_SUFFIX", "GAVE_UP_SECONDS"]
 
 LOCK_SUFFIX = ".lock"
+GAVE_UP_SUFFIX = ".gaveup"
+GAVE_UP_SECONDS = 600  # how long the server keeps a give-up (the folder's file stays, dated)
 
 
 def owner_name() -> str:
@@ -59,6 +66,14 @@ class Store(Protocol):
 
     def claim(self, key: str) -> Lease | str | None:
         """A lease on ``key``, or who holds it; None when this store cannot lease (now)."""
+        ...
+
+    def give_up(self, key: str) -> None:
+        """Note, with the time, that a compile of ``key`` ended without an entry."""
+        ...
+
+    def gave_up(self, key: str) -> float:
+        """When (``time.time()``) a compile of ``key`` last gave up, or 0.0."""
         ...
 
 
@@ -124,6 +139,16 @@ class FolderStore:
         with contextlib.suppress(OSError):
             self.path(key).unlink()
 
+    def give_up(self, key: str) -> None:
+        with contextlib.suppress(OSError):
+            (self.directory / f"{key}{GAVE_UP_SUFFIX}").touch()
+
+    def gave_up(self, key: str) -> float:
+        try:
+            return (self.directory / f"{key}{GAVE_UP_SUFFIX}").stat().st_mtime
+        except OSError:
+            return 0.0
+
     def claim(self, key: str) -> Lease | str | None:
         try:
             import fcntl
@@ -165,6 +190,13 @@ class Layered:
         for store in self.stores:
             if store.writable and store is not skip:
                 store.put(key, blob)
+
+    def give_up(self, key: str) -> None:
+        for store in self.stores:
+            store.give_up(key)
+
+    def gave_up(self, key: str) -> float:
+        return max([store.gave_up(key) for store in self.stores if store.readable], default=0.0)
 
     def claim(self, key: str) -> Lease | str | None:
         """Ask the widest readable store that can lease; None when none can."""

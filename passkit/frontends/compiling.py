@@ -172,11 +172,12 @@ def run_steps(
             for record in report.records:
                 progress(record)
     else:
+        stored = False
         try:
-            report = _run_and_store(program, real_inputs, pipeline, pm, progress, cache, refusal)
+            report, stored = _run_and_store(program, real_inputs, pipeline, pm, progress, cache, refusal)
         finally:  # stored or failed: the processes waiting for this compile go on
             if cache is not None:
-                cache.release()
+                cache.release(stored)
     record_report(report)
     finished = getattr(progress, "finished", None)
     if callable(finished):
@@ -188,7 +189,7 @@ def run_steps(
 
 
 def _run_and_store(program: Program, real_inputs: list[Any], pipeline: Any, pm: Any, progress: Progress,
-                   cache: Any, refusal: str | None) -> Report:
+                   cache: Any, refusal: str | None) -> tuple[Report, bool]:
     from passkit.core.registry import get_registry
     from passkit.core.runner import run_pipeline
     from passkit.verify.evaluate import Reference
@@ -199,9 +200,7 @@ def _run_and_store(program: Program, real_inputs: list[Any], pipeline: Any, pm: 
         log.info("passkit: not caching: %s", refusal)
         report.uncached = refusal
     complete = pipeline.kind == "export" or _missing_training_steps(pipeline, program) is None
-    if cache is not None and complete:
-        cache.store(program, report)
-    return report
+    return report, cache is not None and complete and cache.store(program, report)
 
 
 def _codegen_step(pipeline: Any) -> str:

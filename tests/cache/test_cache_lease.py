@@ -138,3 +138,32 @@ def test_processes_started_together_run_the_steps_once(where, tmp_path, request)
     compiler = next(runs[i][1].pid for i, (report, _) in enumerate(results) if report["cache"] == "")
     waited = [stderr for report, stderr in results if report["cache"] == "hit"]
     assert any(f":{compiler} to compile graph 1 (" in stderr for stderr in waited), waited
+
+
+def test_when_the_holder_gives_up_without_an_entry_its_waiters_compile_at_once(tmp_path, monkeypatch, caplog) -> None:
+    monkeypatch.setenv("PASSKIT_CACHE_DIR", str(tmp_path / "elsewhere"))
+    _compile()
+    (entry,) = (tmp_path / "elsewhere").glob("*.entry")
+    key = entry.stem
+    folder = tmp_path / "cache"
+    folder.mkdir(mode=0o700)
+    monkeypatch.setenv("PASSKIT_CACHE_DIR", str(folder))
+    # A live process holds the key's lock, as a compiling process does, and then gives up (its
+    # compile failed, or could not be stored) before it lets go.
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                               f"fd = os.open({str(folder / (key + '.lock'))!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
+                               "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)"],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    timer = threading.Timer(1.5, (folder / f"{key}.gaveup").touch)
+    timer.start()
+    started = time.monotonic()
+    try:
+        with caplog.at_level(logging.INFO, logger="passkit"):
+            assert _compile(cache_wait=300).cache == ""
+    finally:
+        timer.cancel()
+        holder.kill()
+        holder.wait(60)
+    assert time.monotonic() - started < 120
+    assert "passkit: another process compiled graph 1 without storing it; compiling it here too" in _messages(caplog)
