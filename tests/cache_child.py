@@ -323,7 +323,7 @@ def main() -> None:
         torch.save(run_programs(sys.argv[at + 2:]), sys.argv[at + 1])
         return
     if "--hang-in-write" in sys.argv:
-        from passkit.cache import store as cache
+        from passkit.cache import stores as cache
         def hang(fd: int) -> None:
             print("writing", flush=True)
             time.sleep(600)

@@ -16,7 +16,9 @@ Entries are pickles, and a hit imports the modules they name, so the folder must
 own (``passkit.core.private_folders``): passkit creates it with mode 0700, and a folder that the
 group or others can write, or that another user owns, is refused with one warning line naming
 the fix; the compile then goes on without the cache, reading and writing nothing there.
-``passkit cache info`` shows the refusal.
+``passkit cache info`` shows the refusal. A process that trusts signing keys
+(``PASSKIT_CACHE_TRUSTED_KEYS``) loads only entries they signed, so it accepts a folder the group
+can write or another user owns (a team's shared folder); its entries are then group-readable.
 """
 
 from __future__ import annotations
@@ -79,12 +81,13 @@ def cache_dir() -> Path:
     return base / "passkit"
 
 
-def usable_cache_dir() -> Path | None:
+def usable_cache_dir(*, shared: bool = False) -> Path | None:
     """``cache_dir()``, created with mode 0700 if missing; None when it is refused (the group or
-    others can write it, another user owns it), with one warning line per folder and process."""
+    others can write it, another user owns it; ``shared``, when the process trusts signing keys:
+    only when others than the group can write it), with one warning line per folder and process."""
     folder = cache_dir()
     try:
-        return private_folder(folder, WHAT)
+        return private_folder(folder, WHAT, shared=shared)
     except UnsafeFolderError as exc:
         if str(folder) not in _warned:
             _warned.add(str(folder))
@@ -203,7 +206,7 @@ def _iso(stamp: float) -> str:
     return datetime.fromtimestamp(stamp, tz=timezone.utc).isoformat(timespec="seconds")
 
 
-def cache_info(directory: Path | None = None) -> CacheInfo:
+def cache_info(directory: Path | None = None, *, shared: bool = False) -> CacheInfo:
     """Count the entries and their size under ``directory`` (default ``cache_dir()``)."""
     folder = directory or cache_dir()
     entries = _entries(folder)
@@ -211,7 +214,7 @@ def cache_info(directory: Path | None = None) -> CacheInfo:
     return CacheInfo(
         directory=str(folder), entries=len(entries), bytes=sum(size for _, size, _ in entries), max_bytes=max_bytes(),
         oldest_used=_iso(entries[0][0]) if entries else None, newest_used=_iso(entries[-1][0]) if entries else None,
-        incomplete=len(temps), refused=refusal(folder, WHAT),
+        incomplete=len(temps), refused=refusal(folder, WHAT, shared=shared),
     )
 
 
@@ -221,7 +224,7 @@ def clear_cache(directory: Path | None = None) -> int:
     if not folder.is_dir():
         return 0
     removed = 0
-    for path in [*folder.glob(f"*{SUFFIX}"), *folder.glob(f"*{TEMP_SUFFIX}")]:
+    for path in [*folder.glob(f"*{SUFFIX}"), *folder.glob(f"*{TEMP_SUFFIX}"), *folder.glob("*.lock"), *folder.glob("*.gaveup")]:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
             removed += 1

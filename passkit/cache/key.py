@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FORMAT", "cache_key", "plan_digest", "global_settings"]
 
-FORMAT = 3  # 3: a stored graph module's code checked with its region bodies' (2: graphs stored node by node)
+FORMAT = 4  # 4: entries signed (passkit.cache.entry v2); 3: a stored graph module's code checked with its region bodies' (2: graphs stored node by node)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,4 +1,5 @@
-"""Own the on-disk compile cache: its entries, their format, atomic writes and corruption checks.
+"""Own the compile cache as one compile sees it: what an entry holds, loading it (or waiting for
+the process compiling it), and storing it.
 
 A fresh process compiling the same program with the same pipeline loads the compiled graphs
 instead of running the steps. The key (``cache_key``) covers everything that decides the result:
@@ -27,13 +28,21 @@ instead of running the steps. The key (``cache_key``) covers everything that dec
   shipped pipeline file, read once per process), so an upgrade or a local edit of the runtime,
   capture or a built-in pass never loads an entry that other passkit code compiled.
 
-An entry is one file ``<key>.entry`` under ``cache_dir()`` (``PASSKIT_CACHE_DIR``, else the
-user cache directory): a magic line, the sha256 and length of the payload, then the pickled
-payload (final graphs, signature, facts, compiled callables, report). It is written to a
-temporary file in the same folder and renamed over the target (``os.replace``), so readers
-never see half an entry and concurrent writers of one key both succeed. An entry that fails
-its checks (truncated, corrupted, unloadable) is deleted with one warning line and the program
-is compiled again.
+An entry (``passkit.cache.entry``: checksum, ed25519 signature, payload) lives in the stores of
+``passkit.cache.stores``: the folder ``cache_dir()`` (``PASSKIT_CACHE_DIR``, else the user cache
+directory), then, with ``PASSKIT_CACHE_URL``, a Redis server (``passkit.cache.server``). A
+compile looks in the folder, then on the server (a server hit is copied into the folder), and
+writes what it compiles to both. The payload is the pickled entry (final graphs, signature,
+facts, compiled callables, report). An entry that fails its checks (truncated, corrupted,
+unloadable) is deleted with one warning line and the program is compiled again; one that this
+process must not trust (``PASSKIT_CACHE_TRUSTED_KEYS``: unsigned, signed by another key, altered)
+gets one line, is kept, and is a miss. Its signature is checked before it is unpickled.
+
+A miss asks the stores for the key's lease (``Layered.claim``). The holder compiles, stores and
+releases; the others wait, with a progress line every ``WAIT_LINE_EVERY_S`` naming whom they
+wait for, and load the entry when it appears. A waiter whose holder died (its lease expired or
+its lock went with it) takes the lease and compiles; none waits longer than ``[settings]
+cache_wait`` (seconds, default 600) before compiling itself.
 The folder's size limit and least-recently-used eviction (a hit counts as a use) are
 ``passkit.cache.folder``'s. A hit's report carries its own load time (``Report.load_seconds``).
 
@@ -56,44 +65,31 @@ Compiled callables are stored as follows (the hook point for code generators):
   ``None`` opts out for that program, and so does a callable with neither form: the program
   then compiles every time (``cache_info`` still works).
 
-The folder must be private to the user (``passkit.cache.folder.usable_cache_dir``): a refused
-folder means no cache for the compile, neither read nor written.
+The folder must be private to the user (``passkit.cache.folder.usable_cache_dir``), unless the
+process trusts keys (then each entry proves who made it, and a folder the group can write, or
+another user's, is accepted): a refused folder is neither read nor written.
 Entries are only read when the run does not watch its steps (``verify`` and ``dump`` off), since
 a hit runs no step; they are written whenever ``cache = "on"``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import hashlib
-import importlib
-import inspect
 import logging
-import os
-import tempfile
 import time
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable
 
-import torch
-from torch.fx import GraphModule
 
 from passkit import _torch
-from passkit.cache.folder import (
-    CACHE_ENV,
-    SUFFIX,
-    TEMP_SUFFIX,
-    CacheInfo,
-    cache_dir,
-    cache_info,
-    after_write,
-    clear_cache,
-    usable_cache_dir,
-    touch,
-)
+from passkit.cache.callables import load_callable, store_callable
+from passkit.cache.entry import CorruptEntry, UntrustedEntry, decode, encode
+from passkit.cache.folder import CACHE_ENV, SUFFIX, CacheInfo, cache_dir, cache_info, clear_cache, usable_cache_dir
 from passkit.cache.key import FORMAT, cache_key, global_settings, plan_digest
+from passkit.cache.server import ServerStore, server_url
+from passkit.cache.signing import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV, signing_key, trusted_keys
+from passkit.cache.stores import FolderStore, Layered, Lease, Store
+from passkit.core.progress import ProgressEvent, send
 
 if TYPE_CHECKING:
     from passkit.pipeline import Pipeline
@@ -111,15 +107,17 @@ __all__ = [
     "CacheInfo",
     "cache_info",
     "clear_cache",
+    "open_stores",
+    "server_unreadable",
+    "server_unwritable",
 ]
 
-MAGIC = b"passkit-cache-entry v1\n"
+WAIT_LINE_EVERY_S = 10.0
+POLL_S = 0.2
 
 log = logging.getLogger("passkit.cache")
-
-
-class CorruptEntry(Exception):
-    """An entry on disk that fails its checks; the message says which one."""
+_refused: set[tuple[str, str]] = set()  # (key, reason) lines this process already wrote
+_servers: dict[tuple[str, bool, bool], ServerStore] = {}  # one per URL and process: it remembers being down
 
 
 def cache_enabled(pipeline: Pipeline) -> bool:
@@ -132,193 +130,190 @@ def _readable(pipeline: Pipeline) -> bool:
     return cache_enabled(pipeline) and settings.verify == "off" and settings.dump == "off"
 
 
-# ---------------------------------------------------------------------------------------------
-# Entries on disk
+def server_unreadable(trusted: frozenset[bytes] | None) -> str:
+    """Why the server is not read, or "" when it is read."""
+    if trusted:
+        return ""
+    return f"{TRUSTED_KEYS_ENV} is not set, and a server entry is loaded only when a trusted key signed it"
 
 
-def _encode(payload: bytes) -> bytes:
-    return MAGIC + hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "little") + payload
+def server_unwritable(signs: bool) -> str:
+    """Why the server is not written, or "" when it is: an unsigned entry is one no reader loads,
+    and it would replace a signed one."""
+    if signs:
+        return ""
+    return f"{SIGNING_KEY_ENV} is not set, and no reader loads an unsigned entry from the server"
 
 
-def _decode(blob: bytes) -> bytes:
-    header = len(MAGIC) + 32 + 8
-    if not blob.startswith(MAGIC):
-        raise CorruptEntry("not a passkit cache entry")
-    if len(blob) < header:
-        raise CorruptEntry("truncated")
-    digest, length = blob[len(MAGIC) : len(MAGIC) + 32], int.from_bytes(blob[header - 8 : header], "little")
-    payload = blob[header:]
-    if len(payload) != length:
-        raise CorruptEntry(f"truncated ({len(payload)} of {length} bytes)")
-    if hashlib.sha256(payload).digest() != digest:
-        raise CorruptEntry("checksum mismatch")
-    return payload
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem[:16]}.", suffix=TEMP_SUFFIX)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-
-
-def _resolves_by_name(target: Any) -> bool:
-    """Whether importing ``target``'s module and looking up its name gives ``target`` back (a
-    higher-order op, ``invoke_subgraph`` calling a region's body: under ``torch.ops.higher_order``)."""
-    if _torch.is_higher_order(target):
-        return getattr(torch.ops.higher_order, target.name(), None) is target
-    module = getattr(target, "__module__", None)
-    if not isinstance(module, str):
-        return False
-    names = [n for n in (getattr(target, "__qualname__", None), getattr(target, "__name__", None)) if isinstance(n, str)]
-    if module.startswith("torch._ops."):  # an ATen operator: torch.ops.<namespace>.<op>[.<overload>]
-        root: Any = getattr(torch.ops, module.split(".", 2)[2], None)
-        names = names[1:]
-    else:
-        try:
-            root = importlib.import_module(module)
-        except Exception:  # noqa: BLE001 - not importable means not storable
-            return False
-    for name in names:
-        found = root
-        try:
-            for part in name.split("."):
-                found = getattr(found, part)
-        except AttributeError:
-            continue
-        if found is target:
-            return True
-    return False
-
-
-def _reloads_faithfully(gm: GraphModule) -> bool:
-    """Whether ``gm`` (and every submodule) is plain FX code over callables found by name."""
-    for module in gm.modules():
-        if not isinstance(module, GraphModule):
-            return False
-        for node in module.graph.nodes:
-            if node.op == "call_function" and not _resolves_by_name(node.target):
-                return False
-    return True
-
-
-def _store_callable(fn: Callable[..., Any]) -> tuple[str, Any] | None:
-    owner = getattr(fn, "__self__", None)
-    if inspect.ismethod(fn) and isinstance(owner, GraphModule) and fn.__name__ == "forward":
-        return ("graph_module", (owner, _torch.graph_codes(owner))) if _reloads_faithfully(owner) else None
-    payload = getattr(fn, "passkit_cache_payload", None)
-    if callable(payload):
-        described = payload()
-        if described is not None:
-            loader, data = described
-            return ("loader", (str(loader), data))
-    return None
-
-
-def _load_callable(stored: tuple[str, Any]) -> Callable[..., Any]:
-    kind, data = stored
-    if kind == "graph_module":
-        gm, codes = data
-        # Rebuilt node by node, it and each region body in it must print the code that was compiled.
-        if _torch.graph_codes(gm) != codes:
-            raise CorruptEntry("a stored graph reloads to other code")
-        return gm.forward
-    if kind == "loader":
-        loader, payload = data
-        module_name, _, attr = loader.partition(":")
-        return getattr(importlib.import_module(module_name), attr)(payload)
-    raise CorruptEntry(f"unknown callable kind {kind!r}")
+def open_stores(trusted: frozenset[bytes] | None) -> Layered | None:
+    """The folder (when not refused), then the server (with ``PASSKIT_CACHE_URL``); None when
+    neither is usable."""
+    stores: list[Store] = []
+    directory = usable_cache_dir(shared=bool(trusted))
+    if directory is not None:
+        stores.append(FolderStore(directory, shared=bool(trusted)))
+    url = server_url()
+    if url is not None:
+        why, signs = server_unreadable(trusted), signing_key() is not None
+        if (url, not why, signs) not in _servers:
+            _servers[(url, not why, signs)] = ServerStore(url, readable=not why, unreadable=why, writable=signs)
+        stores.append(_servers[(url, not why, signs)])
+    return Layered(stores) if stores else None
 
 
 @dataclass
 class CompileCache:
-    """The cache as one compile sees it: its folder, key and whether it may read."""
+    """The cache as one compile sees it: its stores, key, whether it may read, the keys it
+    trusts, how long it waits for another process's compile, and the lease it holds."""
 
-    directory: Path
+    stores: Layered
     key: str
     readable: bool
+    trusted: frozenset[bytes] | None = None
+    wait_seconds: float = 600.0
+    lease: Lease | None = field(default=None, repr=False)
 
     @classmethod
     def for_compile(cls, pipeline: Pipeline, program: Program, *, plugins: Iterable[str] = ()) -> CompileCache | None:
         """The cache for compiling ``program`` with ``pipeline``; None with ``cache = "off"`` or
-        when the folder is refused (not private to the user: one warning line says why)."""
+        when no store is usable (a refused folder and no server: one warning line says why)."""
         if not cache_enabled(pipeline):
             return None
-        directory = usable_cache_dir()
-        if directory is None:
+        trusted = trusted_keys() or None
+        stores = open_stores(trusted)
+        if stores is None:
             return None
         try:
             key = cache_key(pipeline, program, plugins=plugins)
         except Exception as exc:  # noqa: BLE001 - a program we cannot key compiles uncached
             log.info("passkit: not caching: cannot compute the key (%s)", type(exc).__name__)
             return None
-        return cls(directory, key, _readable(pipeline))
+        return cls(stores, key, _readable(pipeline), trusted, float(getattr(pipeline.settings, "cache_wait", 600.0)))
 
-    @property
-    def path(self) -> Path:
-        return self.directory / f"{self.key}{SUFFIX}"
+    def _name(self, store: Store) -> str:
+        return f"{self.key}{SUFFIX}" + ("" if store.name == "folder" else f" on the {store.name}")
 
     def load(self, program: Program) -> Report | None:
-        """Fill ``program`` in place from the entry and return its report marked as a hit, with
-        the time this load took; None when there is no entry (or it was corrupt, and is now
-        deleted), or when it was compiled under shape guards the program's sizes fail."""
+        """Fill ``program`` in place from the entry and return its report marked as a hit (and
+        where the entry came from), with the time this load took; None when there is no entry,
+        it was corrupt (and is now deleted), untrusted, or compiled under shape guards the
+        program's sizes fail."""
         if not self.readable:
             return None
         started = time.perf_counter()
         try:
-            blob = self.path.read_bytes()
-        except FileNotFoundError:
-            return None
+            found = self.stores.get(self.key)
         except OSError as exc:
-            log.warning("passkit: cannot read cache entry %s (%s); compiling", self.path, exc)
+            log.warning("passkit: cannot read cache entry %s (%s); compiling", self.key, exc)
             return None
+        if found is None:
+            return None
+        blob, store = found
         try:
-            entry = _torch.loads_graphs(_decode(blob))
+            decoded = decode(blob, self.key, self.trusted)  # before a byte is unpickled
+            entry = _torch.loads_graphs(decoded.payload)
             if not isinstance(entry, dict) or entry.get("key") != self.key:
                 raise CorruptEntry("the entry's key does not match its file name")
+        except UntrustedEntry as exc:
+            self._refuse(store, exc)
+            return None
         except Exception as exc:  # noqa: BLE001 - any failure to load means a bad entry
-            self._drop(exc)
+            self._drop(store, exc)
             return None
         # Before loading the code: the guards its compile added must hold for these sizes, and
         # the caller must check them from now on, as it would had this process compiled it.
         if not _torch.install_shape_guards(program.example_inputs, entry.get("shape_guards", [])):
-            log.info("passkit: cache entry %s was compiled under shape guards these sizes fail; compiling", self.path.name)
+            log.info("passkit: cache entry %s was compiled under shape guards these sizes fail; compiling", self._name(store))
             return None
         try:
-            compiled = {name: _load_callable(stored) for name, stored in entry["compiled"].items()}
+            compiled = {name: load_callable(stored) for name, stored in entry["compiled"].items()}
         except Exception as exc:  # noqa: BLE001 - any failure to load means a bad entry
-            self._drop(exc)
+            self._drop(store, exc)
             return None
         program.graphs = entry["graphs"]
         program.signature = entry["signature"]
         program.facts = set(entry["facts"])
         program.compiled = compiled
-        touch(self.path)
+        if store is not self.stores.stores[0]:  # from the server: into the folder, for next time
+            self._put(blob, skip=store)
         report: Report = entry["report"]
         report.cache = "hit"
+        report.source = decoded.origin or store.name
         report.load_seconds = time.perf_counter() - started
         return report
 
-    def _drop(self, exc: BaseException) -> None:
-        with contextlib.suppress(OSError):
-            self.path.unlink()
+    def _refuse(self, store: Store, exc: BaseException) -> None:
+        if (self.key, str(exc)) not in _refused:  # a waiter polls: one line, not one per poll
+            _refused.add((self.key, str(exc)))
+            log.warning("passkit: not loading cache entry %s: %s; compiling", self._name(store), exc)
+
+    def _drop(self, store: Store, exc: BaseException) -> None:
+        store.drop(self.key)
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        log.warning("passkit: cache entry %s is corrupt (%s); deleted it, compiling again", self.path.name, reason)
+        log.warning("passkit: cache entry %s is corrupt (%s); deleted it, compiling again", self._name(store), reason)
+
+    def load_or_wait(self, program: Program, *, progress: Any = None, graph: str = "graph 1") -> Report | None:
+        """``load``; on a miss, take the key's lease (then return None: this process compiles,
+        stores and ``release``s) or wait for its holder's entry and load that. A holder that dies
+        loses its lease and a waiter takes it; after ``wait_seconds`` a waiter compiles itself."""
+        report = self.load(program)
+        if report is not None or not self.readable or self.wait_seconds <= 0:
+            return report
+        started, since = time.monotonic(), time.time() - 1.0  # a file's time may be a little behind
+        next_line = started
+        while True:
+            answer = self.stores.claim(self.key)
+            if not isinstance(answer, str):
+                self.lease = answer
+                if answer is not None:
+                    report = self.load(program)  # the holder may have stored it just before letting go
+                    if report is not None:
+                        self.release()
+                return report
+            waited = time.monotonic() - started
+            if waited >= self.wait_seconds:
+                log.warning("passkit: waited %.0f s for %s to compile %s; compiling it here too ([settings] cache_wait)",
+                            waited, answer, graph)
+                return None
+            if time.monotonic() >= next_line:
+                send(progress, ProgressEvent("waiting", f"waiting for {answer} to compile {graph} ({waited:.0f} s) ...",
+                                             seconds=waited, graph=graph))
+                next_line += WAIT_LINE_EVERY_S
+            time.sleep(POLL_S)
+            report = self.load(program)
+            if report is not None:
+                return report
+            if self.stores.gave_up(self.key) >= since:
+                log.info("passkit: %s compiled %s without storing it; compiling it here too", answer, graph)
+                return None
+
+    def release(self, stored: bool = True) -> None:
+        """Let the waiters go: after ``store``, or, ``stored`` False, after a compile that failed
+        or could not be stored (then the waiters compile at once, rather than one by one)."""
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            if not stored:
+                self.stores.give_up(self.key)
+            lease.release()
+
+    def _put(self, blob: bytes, skip: Store | None = None) -> bool:
+        try:
+            self.stores.put(self.key, blob, skip=skip)
+        except OSError as exc:
+            log.warning("passkit: cannot write cache entry %s (%s)", self._name(self.stores.stores[0]), exc)
+            return False
+        evicted = [path for store in self.stores.stores for path in getattr(store, "evicted", [])]
+        if evicted:
+            log.info("passkit: evicted %d least recently used cache entr%s to stay under the size limit",
+                     len(evicted), "y" if len(evicted) == 1 else "ies")
+        return True
 
     def store(self, program: Program, report: Report) -> bool:
-        """Write the compiled program and its report; False when a callable cannot be stored."""
+        """Write the compiled program and its report, signed when ``PASSKIT_CACHE_SIGNING_KEY``
+        names a key; False when a callable cannot be stored."""
         stored = {}
         for name, fn in program.compiled.items():
-            found = _store_callable(fn)
+            found = store_callable(fn)
             if found is None:
                 log.info("passkit: not caching: graph %r's compiled callable has no cache form", name)
                 return False
@@ -331,21 +326,11 @@ class CompileCache:
             "facts": sorted(program.facts),
             "compiled": stored,
             "shape_guards": _torch.shape_guards(program.example_inputs),
-            "report": dataclasses.replace(report, cache=""),
+            "report": dataclasses.replace(report, cache="", source=""),
         }
         try:
             payload = _torch.dumps_graphs(entry)
         except Exception as exc:  # noqa: BLE001 - an unpicklable graph attribute: skip, never fail
             log.info("passkit: not caching: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             return False
-        try:
-            blob = _encode(payload)
-            write_atomically(self.path, blob)
-            evicted = after_write(self.directory, self.path, len(blob))
-        except OSError as exc:
-            log.warning("passkit: cannot write cache entry %s (%s)", self.path, exc)
-            return False
-        if evicted:
-            log.info("passkit: evicted %d least recently used cache entr%s to stay under the size limit",
-                     len(evicted), "y" if len(evicted) == 1 else "ies")
-        return True
+        return self._put(encode(self.key, payload, signing_key()))

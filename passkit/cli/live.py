@@ -117,6 +117,8 @@ class LiveTable:
                 return
             if event.kind == "tracing":
                 self._show_status(event.text)
+            elif event.kind == "waiting":  # for another process's compile: a line, before the table
+                self._echo(event.text)
             elif event.kind in ("compiling", "recompiling"):
                 self._echo(event.text)
                 if not self.open:

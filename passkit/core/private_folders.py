@@ -10,7 +10,9 @@ code, so, as ssh refuses a key file others can read, passkit refuses a folder th
 
 ``private_folder`` creates missing folders with mode 0700 and checks every folder from the first
 one it is told to trust down to the one it returns; ``refusal`` says why one folder is refused.
-The refusal is one line naming the folder and the fix. Only the folders passkit writes in are
+The refusal is one line naming the folder and the fix. A folder whose files prove who made them
+(the compile cache when the process trusts signing keys) may be ``shared``: the group may write
+it and another user may own it, but not everyone may write it. Only the folders passkit writes in are
 checked, not their parents: ``/tmp`` itself is world-writable (its sticky bit keeps others from
 renaming what they do not own). On systems without POSIX owners (Windows) nothing is refused.
 """
@@ -37,9 +39,10 @@ def _uid() -> int | None:
     return getuid() if getuid is not None else None
 
 
-def refusal(folder: Path, what: str) -> str | None:
+def refusal(folder: Path, what: str, *, shared: bool = False) -> str | None:
     """The one-line reason passkit does not use ``folder`` (``what`` names its role, as in
-    "compile cache folder"), or None when it is private to this user or does not exist."""
+    "compile cache folder"), or None when it is private to this user (``shared``: when others
+    than the group cannot write it) or does not exist."""
     uid = _uid()
     if uid is None:
         return None
@@ -51,17 +54,17 @@ def refusal(folder: Path, what: str) -> str | None:
     except FileNotFoundError:
         return None
     owners = [entry.st_uid for entry in found if entry.st_uid != uid]
-    if owners:
+    if owners and not shared:
         return (f"{what} {folder} belongs to another user (uid {owners[0]}), so passkit does not use it; "
                 f"remove it or choose a folder of your own")
     mode = found[-1].st_mode
-    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if mode & (stat.S_IWOTH if shared else stat.S_IWGRP | stat.S_IWOTH):
         return (f"{what} {folder} is writable by others (mode {stat.S_IMODE(mode):04o}), so passkit "
                 f"does not use it; run chmod 700 {folder}")
     return None
 
 
-def private_folder(folder: Path, what: str, *, trusted_from: Path | None = None) -> Path:
+def private_folder(folder: Path, what: str, *, trusted_from: Path | None = None, shared: bool = False) -> Path:
     """Create ``folder`` (and missing parents) with mode 0700 and return it; raise
     ``UnsafeFolderError`` when it, or a folder between ``trusted_from`` (default: ``folder``
     itself) and it, is refused (``refusal``). Nothing is made inside a refused folder."""
@@ -74,7 +77,7 @@ def private_folder(folder: Path, what: str, *, trusted_from: Path | None = None)
             except FileExistsError:  # made meanwhile, by another process (or user: checked below)
                 pass
         if level == top or top in level.parents:
-            reason = refusal(level, what)
+            reason = refusal(level, what, shared=shared)
             if reason is not None:
                 raise UnsafeFolderError(reason)
     return folder

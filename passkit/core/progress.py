@@ -47,7 +47,7 @@ HEARTBEAT_EVERY_S = 5.0
 
 log = logging.getLogger("passkit")
 
-EventKind = Literal["tracing", "compiling", "recompiling", "started", "heartbeat"]
+EventKind = Literal["tracing", "compiling", "recompiling", "started", "heartbeat", "waiting"]
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,7 @@ class Report:
     seconds: float = 0.0
     graph: str = ""
     cache: str = ""  # "hit" when the compiled program was loaded from the compile cache
+    source: str = ""  # a hit: where its entry came from ("folder", "server" or "pack")
     verdict: Verdict | None = None  # the comparison with eager, when the run was compared
     load_seconds: float = 0.0  # a hit: the time this process took to load it (no step ran)
     # Why the program skipped the compile cache, when a step's pass cannot be fingerprinted (a
@@ -153,7 +154,8 @@ class Report:
                 out.append(cell.rjust(widths[i]) if i in right_aligned else cell.ljust(widths[i]))
             return "  ".join(out).rstrip()
 
-        labels = [label for label in (self.graph, "cache hit: no step ran" if self.cache == "hit" else "") if label]
+        hit = f"cache hit{f' ({self.source})' if self.source else ''}: no step ran" if self.cache == "hit" else ""
+        labels = [label for label in (self.graph, hit) if label]
         title = f"pipeline {self.pipeline}" + (f" ({', '.join(labels)})" if labels else "")
         body = [title, line(headers), line(tuple("-" * w for w in widths))]
         body.extend(line(row) for row in rows)
@@ -174,7 +176,7 @@ class Report:
             steps.append(data)
         verdict = None if self.verdict is None else self.verdict.to_json()
         return {"pipeline": self.pipeline, "graph": self.graph, "seconds": self.seconds, "cache": self.cache,
-                "load_seconds": self.load_seconds, "uncached": self.uncached, "steps": steps, "verdict": verdict}
+                "source": self.source, "load_seconds": self.load_seconds, "uncached": self.uncached, "steps": steps, "verdict": verdict}
 
 
 def summary_line(report: Report) -> str:
@@ -182,7 +184,8 @@ def summary_line(report: Report) -> str:
     (a hit: its load time, then the compiling process's figures)."""
     ran = sum(1 for r in report.records if r.status == "ran")
     if report.cache == "hit":
-        return (f"loaded from the compile cache in {_ms(report.load_seconds)}, no step ran (the process that "
+        where = f" ({report.source})" if report.source else ""
+        return (f"loaded from the compile cache{where} in {_ms(report.load_seconds)}, no step ran (the process that "
                 f"compiled it ran {ran} of {len(report.records)} steps in {_ms(report.seconds)})")
     return f"{ran} of {len(report.records)} steps ran, {len(report.changed_steps)} changed the graphs, {_ms(report.seconds)} in total"
 

@@ -152,9 +152,6 @@ def run_steps(
     what ``verify = "numerics"`` compares the captured program on."""
     from passkit.cache.store import CompileCache, cache_enabled
     from passkit.core.plugins import get_plugin_manager
-    from passkit.core.registry import get_registry
-    from passkit.core.runner import run_pipeline
-    from passkit.verify.evaluate import Reference
 
     pm = get_plugin_manager()
     progress = progress or _log_progress(len(pipeline.steps))
@@ -164,7 +161,8 @@ def run_steps(
         refusal = CAPTURED_SOURCE_UNCACHED
     cache = None if refusal else CompileCache.for_compile(pipeline, program, plugins=[name for name, _ in pm.list_name_plugin()])
     captured = dict(program.graphs)
-    report = cache.load(program) if cache is not None else None
+    graph = f"graph {len(reports) + 1 if reports is not None else 1}"
+    report = cache.load_or_wait(program, progress=progress, graph=graph) if cache is not None else None
     if report is not None:
         pm.hook.passkit_loaded_from_cache(pipeline=pipeline, program=program, report=report, captured=captured)
         loaded = getattr(progress, "loaded_from_cache", None)
@@ -174,14 +172,12 @@ def run_steps(
             for record in report.records:
                 progress(record)
     else:
-        reference = Reference(program, real_inputs) if pipeline.settings.verify == "numerics" else None
-        report = run_pipeline(pipeline, program, pm=pm, registry=get_registry(), reference=reference, progress=progress)
-        if refusal:
-            log.info("passkit: not caching: %s", refusal)
-            report.uncached = refusal
-        complete = pipeline.kind == "export" or _missing_training_steps(pipeline, program) is None
-        if cache is not None and complete:
-            cache.store(program, report)
+        stored = False
+        try:
+            report, stored = _run_and_store(program, real_inputs, pipeline, pm, progress, cache, refusal)
+        finally:  # stored or failed: the processes waiting for this compile go on
+            if cache is not None:
+                cache.release(stored)
     record_report(report)
     finished = getattr(progress, "finished", None)
     if callable(finished):
@@ -190,6 +186,21 @@ def run_steps(
         report.graph = f"graph {len(reports) + 1}, {'training' if program.training else 'inference'}"
         reports.append(report)
     return report
+
+
+def _run_and_store(program: Program, real_inputs: list[Any], pipeline: Any, pm: Any, progress: Progress,
+                   cache: Any, refusal: str | None) -> tuple[Report, bool]:
+    from passkit.core.registry import get_registry
+    from passkit.core.runner import run_pipeline
+    from passkit.verify.evaluate import Reference
+
+    reference = Reference(program, real_inputs) if pipeline.settings.verify == "numerics" else None
+    report = run_pipeline(pipeline, program, pm=pm, registry=get_registry(), reference=reference, progress=progress)
+    if refusal:
+        log.info("passkit: not caching: %s", refusal)
+        report.uncached = refusal
+    complete = pipeline.kind == "export" or _missing_training_steps(pipeline, program) is None
+    return report, cache is not None and complete and cache.store(program, report)
 
 
 def _codegen_step(pipeline: Any) -> str:

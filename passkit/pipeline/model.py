@@ -58,6 +58,9 @@ class Settings(pydantic.BaseModel):
     atol: float = pydantic.Field(default=1e-5, ge=0)
     # The on-disk compile cache (``passkit.cache.store``); "off" neither reads nor writes entries.
     cache: Literal["on", "off"] = "on"
+    # Seconds a compile waits for another process compiling the same key (its lease) before
+    # compiling itself; 0 never waits (``passkit.cache.store``).
+    cache_wait: float = pydantic.Field(default=600.0, ge=0)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ import torch
 from click.testing import CliRunner
 
 import passkit
-from passkit.cache.store import CACHE_ENV, cache_info, write_atomically
+from passkit.cache.store import CACHE_ENV, cache_info
+from passkit.cache.stores import write_atomically
 from passkit.cli import main
 
 from cache_child import compile_and_report
@@ -331,12 +332,12 @@ def test_an_in_process_hit_matches_exactly_and_is_marked_in_the_report() -> None
     assert (first.passkit_reports[0].cache, second.passkit_reports[0].cache) == ("", "hit")
     torch.testing.assert_close((out2, grad2), (out, grad), rtol=0, atol=0)
     table = second.passkit_reports[0].table()
-    assert table.splitlines()[0] == "pipeline training-python (graph 1, training, cache hit: no step ran)"
+    assert table.splitlines()[0] == "pipeline training-python (graph 1, training, cache hit (folder): no step ran)"
     compiled_in = first.passkit_reports[0].table().splitlines()[-1].split(", ")[-1].removesuffix(" in total")
     steps = len(first.passkit_reports[0].records)
     load = second.passkit_reports[0].load_seconds
     assert 0 < load < 60
-    assert table.splitlines()[-1] == (f"loaded from the compile cache in {load * 1000:.1f} ms, no step ran (the process "
+    assert table.splitlines()[-1] == (f"loaded from the compile cache (folder) in {load * 1000:.1f} ms, no step ran (the process "
                                       f"that compiled it ran {steps} of {steps} steps in {compiled_in})")
 
 
@@ -349,7 +350,7 @@ def test_a_hit_logs_one_line_with_its_load_time_not_the_compiling_runs_steps(cap
     steps = len(first.passkit_reports[0].records)
     load = second.passkit_reports[0].load_seconds
     compiled_in = f"{first.passkit_reports[0].seconds * 1000:.1f} ms"
-    assert lines == [f"loaded from the compile cache in {load * 1000:.1f} ms, no step ran (the process "
+    assert lines == [f"loaded from the compile cache (folder) in {load * 1000:.1f} ms, no step ran (the process "
                      f"that compiled it ran {steps} of {steps} steps in {compiled_in})"]
 
 

@@ -44,7 +44,7 @@ def test_a_program_with_a_symbolic_batch_loads_in_a_fresh_process_and_reports_it
     steps = passkit.load_pipeline("training").steps
     for cold_table, warm_table in zip(cold["tables"], warm["tables"]):
         cold_lines, warm_lines = cold_table.splitlines(), warm_table.splitlines()
-        assert warm_lines[0].endswith(", cache hit: no step ran)")
+        assert warm_lines[0].endswith(", cache hit (folder): no step ran)")
         rows = warm_lines[3:-1]
         assert len(rows) == len(steps)
         # Every row's time cell is "-": the steps ran in the compiling process, not this one.
@@ -52,7 +52,7 @@ def test_a_program_with_a_symbolic_batch_loads_in_a_fresh_process_and_reports_it
             assert re.match(r"^\s*\d+\s+\S+\s+\S+\s+(yes|no|skipped)\s+-\s", row), row
         compiled_in = re.search(r"([\d.]+ ms) in total$", cold_lines[-1]).group(1)
         assert re.fullmatch(
-            rf"loaded from the compile cache in \d+\.\d ms, no step ran \(the process that compiled it ran "
+            rf"loaded from the compile cache \(folder\) in \d+\.\d ms, no step ran \(the process that compiled it ran "
             rf"{len(steps)} of {len(steps)} steps in {re.escape(compiled_in)}\)", warm_lines[-1]), warm_lines[-1]
 
 
@@ -68,13 +68,13 @@ def _compile_dynamic(rows: int) -> list[str]:
 def _rewrite_guards(make_guard) -> str:  # noqa: ANN001 - the entry's stored guards become [make_guard(batch symbol)]
     from passkit import _torch
 
-    from passkit.cache import store as cache
+    from passkit.cache import entry as cache_entry
     (path,) = Path(os.environ[CACHE_ENV]).glob("*.entry")
-    entry = _torch.loads_graphs(cache._decode(path.read_bytes()))
+    entry = _torch.loads_graphs(cache_entry.decode(path.read_bytes(), path.stem, None).payload)
     first = next(n for n in entry["graphs"]["forward"].graph.nodes if n.op == "placeholder" and
                  isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].dim() == 2)
     entry["shape_guards"] = [make_guard(first.meta["val"].shape[0].node.expr)]
-    path.write_bytes(cache._encode(_torch.dumps_graphs(entry)))
+    path.write_bytes(cache_entry.encode(path.stem, _torch.dumps_graphs(entry)))
     return path.name
 
 

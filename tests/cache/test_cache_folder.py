@@ -95,7 +95,8 @@ def test_cache_info_shows_the_folder_entries_size_limit_and_last_use(monkeypatch
     runner = CliRunner()
     empty = json.loads(runner.invoke(main, ["cache", "info", "--json"]).stdout)
     assert empty == {"directory": folder, "entries": 0, "bytes": 0, "max_bytes": 1024**3, "oldest_used": None,
-                     "newest_used": None, "incomplete": 0, "refused": None}
+                     "newest_used": None, "incomplete": 0, "refused": None, "signing_key": None,
+                     "trusted_keys": [], "server": None}
     _compile(2.0)
     _compile(3.0)
     sizes = _entries()
@@ -105,7 +106,7 @@ def test_cache_info_shows_the_folder_entries_size_limit_and_last_use(monkeypatch
     assert data == {
         "directory": folder, "entries": 2, "bytes": sum(sizes.values()), "max_bytes": 1024**3,
         "oldest_used": "2023-11-14T22:13:20+00:00", "newest_used": data["newest_used"], "incomplete": 0,
-        "refused": None,
+        "refused": None, "signing_key": None, "trusted_keys": [], "server": None,
     }
     assert datetime.fromisoformat(data["newest_used"]).timestamp() == pytest.approx(newest.stat().st_mtime, abs=1)
     text = runner.invoke(main, ["cache", "info"]).stdout.splitlines()
