@@ -4,7 +4,8 @@ The step is a training step (forward, a loss, backward) when the pipeline can tr
 model has parameters that require grad; otherwise it is an inference step under ``no_grad``.
 Outputs, gradients and buffers are compared with an eager copy of the same model, within the
 pipeline's ``rtol``/``atol`` loosened by the tolerance declared by the steps that ran on any
-graph (``compare.tolerance_for``, the rule ``verify`` and ``bisect`` use). A compile that fell back to eager (``on_error = "eager"``) is
+graph (``compare.tolerance_for``, the rule ``verify`` and ``bisect`` use); eager's step and the
+compiled step each draw random numbers from the one seed (``compare.same_random_draws``). A compile that fell back to eager (``on_error = "eager"``) is
 recorded in ``fallbacks`` rather than warned about: the caller reports it.
 
 The result carries the run's ``Verdict`` (``passkit.core.report``): ok or mismatch (or fell back), the
@@ -27,7 +28,7 @@ from typing import Any, Callable
 import torch
 
 from passkit._torch import pytree
-from passkit.verify.compare import compare_values, tolerance_for
+from passkit.verify.compare import compare_values, same_random_draws, tolerance_for
 from passkit.errors import EXIT_FELL_BACK, EXIT_MISMATCH, EXIT_OK, PasskitError, exit_code_for
 from passkit.core.report import Report, StepRecord, ValueDiff, Verdict
 
@@ -149,18 +150,21 @@ def run_check(
     compiled = passkit.compile(compiled_model, pipeline=resolved, progress=progress)
     eager_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
     compiled_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    # Eager and the compiled step each draw from the one seed (dropout gets the same mask on both).
     with torch.set_grad_enabled(training), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="passkit: compiling failed", category=RuntimeWarning)
-        expected = eager_model(*eager_inputs)
-        try:
-            actual = compiled(*compiled_inputs)
+        with same_random_draws():
+            expected = eager_model(*eager_inputs)
             if training:
-                _loss(actual).backward()
+                _loss(expected).backward()
+        try:
+            with same_random_draws():
+                actual = compiled(*compiled_inputs)
+                if training:
+                    _loss(actual).backward()
         except PasskitError as exc:
             _write_html_verdict(resolved, Verdict("step failed", exit_code_for(exc), detail=str(exc).splitlines()[0]))
             raise
-        if training:
-            _loss(expected).backward()
     mismatches: list[str] = []
     values: list[ValueDiff] = []
     reports = list(compiled.passkit_reports)
