@@ -57,8 +57,8 @@ def command(ctx: click.Context, file: str, model: str, out: str, as_package: boo
     settings = {key: value for key, value in (("dump", "all" if dump_dir else None), ("dump_dir", dump_dir),
                                               ("report", report)) if value is not None}
     pipeline = resolve_export_pipeline(file, settings)
-    module, inputs = build_model(model)
-    args, kwargs = _arguments(inputs)
+    example = build_model(model)
+    module, args, kwargs = example.module, example.args, example.kwargs
     dynamic_shapes = dynamic_shapes_for(module, args, kwargs, dynamic)
     json_on_stdout = json_out == "-"
     click.echo(f"passkit export: exporting {model} with {pipeline.name} ({len(pipeline.steps)} steps) ...", err=True)
@@ -97,14 +97,6 @@ def command(ctx: click.Context, file: str, model: str, out: str, as_package: boo
         }, json_out)
     if not diff.ok:
         ctx.exit(EXIT_MISMATCH)
-
-
-def _arguments(inputs: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """A factory's example inputs as export's ``args`` and ``kwargs``: a lone dict is keyword
-    arguments (a Hugging Face model's ``input_ids=...``)."""
-    if len(inputs) == 1 and isinstance(inputs[0], dict):
-        return (), dict(inputs[0])
-    return tuple(inputs), {}
 
 
 def dynamic_shapes_for(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dims: tuple[str, ...]) -> Any:
