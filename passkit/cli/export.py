@@ -32,7 +32,7 @@ __all__ = ["command", "dynamic_shapes_for"]
               help="Where to write the ExportedProgram (torch.export.save), or the package with --package.")
 @click.option("--package", "as_package", is_flag=True, help="Write an AOTInductor package (passkit.package) instead.")
 @click.option("--dynamic", "dynamic", metavar="DIM", multiple=True,
-              help="Export dimension DIM of every tensor input as dynamic (one size for all); repeatable.")
+              help="Export dimension DIM of every tensor input as dynamic (one size for all; negative counts from the end); repeatable.")
 @click.option("--dump", "dump_dir", metavar="DIR", default=None, help="Write each step's graph code into DIR.")
 @click.option("--report", metavar="FILE", default=None, help="Write an HTML report of the run to FILE.")
 @click.option("--json", "json_out", metavar="[OUT]", is_flag=False, flag_value="-", default=None,
@@ -102,7 +102,8 @@ def command(ctx: click.Context, file: str, model: str, out: str, as_package: boo
 def dynamic_shapes_for(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dims: tuple[str, ...]) -> Any:
     """``torch.export``'s ``dynamic_shapes`` marking dimensions ``dims`` of every tensor input
     dynamic, one symbol per dimension shared by all inputs (a batch size), keyed by the names of
-    ``module.forward``'s parameters; None for none."""
+    ``module.forward``'s parameters; None for none. A negative dimension counts from the end of
+    each input; one that an input does not have is bad input, naming the input and its rank."""
     import inspect
 
     import torch
@@ -113,15 +114,20 @@ def dynamic_shapes_for(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any
         indices = sorted({int(dim) for dim in dims})
     except ValueError:
         raise PasskitError(f"--dynamic takes a dimension number, not {next(d for d in dims if not d.lstrip('-').isdigit())!r}") from None
-    symbols = {d: torch.export.Dim(f"dim{d}") for d in indices}
+    symbols = {d: torch.export.Dim(f"dim{d}" if d >= 0 else f"dim_from_end{-d}") for d in indices}
 
-    def spec(value: Any) -> Any:
+    def spec(name: str, value: Any) -> Any:
         if not isinstance(value, torch.Tensor):
             return None
-        return {d: symbols[d] for d in indices if -value.dim() <= d < value.dim()} or None
+        rank = value.dim()
+        for d in indices:
+            if not -rank <= d < rank:
+                have = f"dimensions 0 to {rank - 1} (or -{rank} to -1)" if rank else "no dimensions"
+                raise PasskitError(f"--dynamic {d}: input '{name}' has rank {rank}, so {have}")
+        return {d % rank: symbols[d] for d in indices}
 
     bound = inspect.signature(module.forward).bind(*args, **kwargs)
-    return {name: spec(value) for name, value in bound.arguments.items()}
+    return {name: spec(name, value) for name, value in bound.arguments.items()}
 
 
 def _verdict(diff: Any, pipeline: str, model: str, written: str, as_package: bool) -> str:
