@@ -11,9 +11,13 @@ and on stderr a plain line per progress event (Dynamo tracing a frame, a graph c
 recompiling, a step started or still running after a second), with no control codes. Several
 graphs (graph breaks) each get a title, a header and a summary line.
 
-On a terminal where stderr is the same terminal, whatever is written to stderr while the status
-line shows (a warning, a log line) goes through the same console, above the status line, as a
-whole line between two rows: it never lands inside a row or under the moving status line.
+Each graph's table stays whole. Python warnings and log records (torch's, Dynamo's) that arrive
+while a table is open are held back and printed after its summary line
+(``passkit.core.held_output``). Piped, the rows are also held until the summary (or until the
+run stops), so the progress lines on stderr come before the table, never inside it. On a
+terminal where stderr is the same terminal, whatever else is written to stderr while the status
+line shows goes through the same console, above the status line, as a whole line between two
+rows: it never lands inside a row or under the moving status line.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from passkit.core.held_output import HeldOutput
 from passkit.core.report import TABLE_HEADERS, format_row, summary_line
 
 if TYPE_CHECKING:
@@ -36,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["LiveTable"]
 
 _RIGHT_ALIGNED = {0, 4}
+_HEADER_LINES = 3  # title, column names, rule
 _MIN_WIDTHS = (0, 0, 0, len("skipped"), len("99999.9 ms"), len("9999\u21929999"), 0)
 
 
@@ -79,11 +85,15 @@ class LiveTable:
         self.widths: list[int] = [len(h) for h in TABLE_HEADERS]
         self.graphs = 0
         self.open = False
+        self.held: HeldOutput | None = None  # warnings and logs, from ``begin`` to ``close``
+        self.pending: list[str] = []  # piped: the open table's lines, printed at its summary
 
     def begin(self, pipeline: Any) -> None:
         """Learn the plan (``pipeline.name`` and each step's ``id`` and ``pass_name``) and print
         the first table's header, before anything is compiled (capture takes seconds)."""
         self.name = pipeline.name
+        if self.held is None:
+            self.held = HeldOutput()
         if self.model:
             click.echo(f"passkit run: compiling {self.model} with {pipeline.name} ({len(pipeline.steps)} steps) ...", err=True)
         self.steps = [(step.id, step.pass_name) for step in pipeline.steps]
@@ -132,12 +142,26 @@ class LiveTable:
         with self._lock:
             self._echo(summary_line(report))
             self._echo("")
-            self.open = False
+            self._end_graph()
             self._stop_live()
+
+    def _end_graph(self) -> None:
+        """The table is whole: print it if it was held (piped), then what was held meanwhile."""
+        self.open = False
+        pending, self.pending = self.pending, []
+        if len(pending) <= _HEADER_LINES:  # the run stopped before the first row: no table
+            pending = []
+        for line in pending:
+            self._echo(line)
+        if self.held is not None:
+            self.held.holding = False
+            self.held.release()
 
     def _start_graph(self, running: str = "") -> None:
         self.graphs += 1
         self.open = True
+        if self.held is not None:
+            self.held.holding = True
         self._echo(f"pipeline {self.name} (graph {self.graphs})" if self.name else f"graph {self.graphs}")
         self._echo(self._line(list(TABLE_HEADERS)))
         self._echo(self._line(["-" * w for w in self.widths]))
@@ -175,6 +199,10 @@ class LiveTable:
         """Take the status line down (a run that failed or fell back never finishes its graph)."""
         with self._lock:
             self._stop_live()
+            self._end_graph()
+            if self.held is not None:
+                self.held.close()
+                self.held = None
 
     def _stop_live(self) -> None:
         if self.live is not None:
@@ -182,7 +210,9 @@ class LiveTable:
             self.live, self.running = None, None
 
     def _echo(self, text: str) -> None:
-        if self.console is not None:
+        if self.open and self.console is None:
+            self.pending.append(text)
+        elif self.console is not None:
             self.console.print(text, markup=False, highlight=False, soft_wrap=True, emoji=False)
         else:
             click.echo(text, err=self.err)
