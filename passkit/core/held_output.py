@@ -54,7 +54,7 @@ class HeldOutput:
         self._filters: list[tuple[logging.Handler, _HoldFilter]] = []
         for handler in _handlers():
             hold = _HoldFilter(self, handler)
-            handler.addFilter(hold)
+            handler.filters.insert(0, hold)  # before an outer HeldOutput's: the innermost holds
             self._filters.append((handler, hold))
 
     def _keep(self, show: Callable[[], Any]) -> bool:

@@ -72,7 +72,9 @@ def _capture_exported(module: torch.nn.Module, args: tuple[Any, ...], kwargs: di
     from passkit.frontends.export import program_from_exported
     from passkit.verify.evaluate import Reference
 
-    program, real_inputs = program_from_exported(torch.export.export(module, args, kwargs))
+    from passkit.frontends.export_capture import capture
+
+    program, real_inputs = program_from_exported(capture(module, args, kwargs))
     with torch.no_grad():
         reference = Reference(program, real_inputs)
     return Captured("exported program, inference", snapshot_program(program), reference)
