@@ -9,7 +9,9 @@ On a terminal a ``rich`` live status line shows what is running, its elapsed tim
 ``passkit.core.progress``); each finished row prints above it. Piped output gets the finished rows,
 and on stderr a plain line per progress event (Dynamo tracing a frame, a graph compiling or
 recompiling, a step started or still running after a second), with no control codes. Several
-graphs (graph breaks) each get a title, a header and a summary line.
+graphs (graph breaks) each get a title, a header and a summary line. A graph loaded from the
+compile cache gets ``Report.table()``'s table instead: its title says ``cache hit: no step ran``
+and its rows show no step time.
 
 Each graph's table stays whole. Python warnings and log records (torch's, Dynamo's) that arrive
 while a table is open are held back and printed after its summary line
@@ -22,6 +24,7 @@ rows: it never lands inside a row or under the moving status line.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import TYPE_CHECKING, Any, TextIO
@@ -41,7 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["LiveTable"]
 
 _RIGHT_ALIGNED = {0, 4}
-_HEADER_LINES = 3  # title, column names, rule
 _MIN_WIDTHS = (0, 0, 0, len("skipped"), len("99999.9 ms"), len("9999\u21929999"), 0)
 
 
@@ -87,6 +89,8 @@ class LiveTable:
         self.open = False
         self.held: HeldOutput | None = None  # warnings and logs, from ``begin`` to ``close``
         self.pending: list[str] = []  # piped: the open table's lines, printed at its summary
+        self.header: list[str] = []  # the open table's header, until its first row
+        self.hit = False  # the open table is a compile-cache hit's
 
     def begin(self, pipeline: Any) -> None:
         """Learn the plan (``pipeline.name`` and each step's ``id`` and ``pass_name``) and print
@@ -110,6 +114,7 @@ class LiveTable:
         with self._lock:
             if not self.open:
                 self._start_graph()
+            self._print_header()
             cells = list(format_row(record))
             cells[0] = self._number(record.position)
             self._echo(self._line(cells))
@@ -137,20 +142,32 @@ class LiveTable:
                     self.running.started = time.perf_counter() - event.seconds
                     self.running.detail = event.detail
 
+    def loaded_from_cache(self, report: Report) -> None:
+        """A compile-cache hit: no step ran, so the graph's table is ``Report.table()``'s, which
+        says so in its title and shows no step times (``finished`` then only closes it)."""
+        with self._lock:
+            if not self.open:
+                self._start_graph()
+            self.header, self.hit = [], True
+            shown = dataclasses.replace(report, graph=f"graph {self.graphs}", verdict=None)
+            for line in shown.table().splitlines():
+                self._echo(line)
+            self._stop_live()
+
     def finished(self, report: Report) -> None:
         """Close the current graph's table with its summary line (called once per graph)."""
         with self._lock:
-            self._echo(summary_line(report))
+            if not self.hit:
+                self._print_header()
+                self._echo(summary_line(report))
             self._echo("")
             self._end_graph()
             self._stop_live()
 
     def _end_graph(self) -> None:
         """The table is whole: print it if it was held (piped), then what was held meanwhile."""
-        self.open = False
+        self.open, self.hit, self.header = False, False, []  # a header with no row under it: no table
         pending, self.pending = self.pending, []
-        if len(pending) <= _HEADER_LINES:  # the run stopped before the first row: no table
-            pending = []
         for line in pending:
             self._echo(line)
         if self.held is not None:
@@ -162,13 +179,18 @@ class LiveTable:
         self.open = True
         if self.held is not None:
             self.held.holding = True
-        self._echo(f"pipeline {self.name} (graph {self.graphs})" if self.name else f"graph {self.graphs}")
-        self._echo(self._line(list(TABLE_HEADERS)))
-        self._echo(self._line(["-" * w for w in self.widths]))
+        # Printed with the first row: a compile-cache hit prints Report.table()'s instead.
+        self.header = [f"pipeline {self.name} (graph {self.graphs})" if self.name else f"graph {self.graphs}",
+                       self._line(list(TABLE_HEADERS)), self._line(["-" * w for w in self.widths])]
         if running:
             self._show_status(running)
         elif self.steps:
             self._show_running(0)
+
+    def _print_header(self) -> None:
+        header, self.header = self.header, []
+        for line in header:
+            self._echo(line)
 
     def _number(self, position: int) -> str:
         return f"[{position + 1}/{len(self.steps) or '?'}]"

@@ -116,3 +116,22 @@ def test_held_output_releases_in_order_after_holding_and_puts_everything_back(ca
         assert capsys.readouterr().err.splitlines()[-1] == "after"
     finally:
         logger.removeHandler(handler)
+
+
+def test_a_compile_cache_hit_prints_report_tables_table_with_no_step_times(workdir: Path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from passkit.cli import main
+
+    monkeypatch.chdir(workdir)
+    monkeypatch.setenv("PASSKIT_CACHE_DIR", str(workdir / "cache"))
+    for command in (["run", "training-python"], ["export", "export", "-o", "m.pt2"]):
+        cold = CliRunner().invoke(main, [*command, "--model", "noisy:mlp"])
+        assert cold.exit_code == 0, cold.output
+        warm = CliRunner().invoke(main, [*command, "--model", "noisy:mlp"])
+        assert warm.exit_code == 0, warm.output
+        lines = warm.stdout.splitlines()
+        title = next(i for i, line in enumerate(lines) if line.startswith("pipeline "))
+        assert lines[title].endswith("(graph 1, cache hit: no step ran)"), warm.stdout
+        rows = lines[title + 3:next(i for i, line in enumerate(lines) if line.startswith("loaded from the compile cache in "))]
+        assert rows and all(row.split()[3:5] in (["yes", "-"], ["no", "-"]) for row in rows), warm.stdout
