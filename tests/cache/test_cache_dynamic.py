@@ -82,7 +82,7 @@ def _rewrite_guards(make_guard) -> str:  # noqa: ANN001 - the entry's stored gua
 def test_a_hit_brings_back_the_guards_its_compile_added_and_one_that_fails_compiles_again(caplog) -> None:
     import sympy
 
-    assert _compile_dynamic(5)[0] == [""]
+    assert _compile_dynamic(5)[0] == ["miss"]
     _rewrite_guards(lambda batch: sympy.Eq(batch, 5))  # as if compiling had specialised on 5 rows
     marks, compiled = _compile_dynamic(5)
     assert marks == ["hit"]
@@ -93,5 +93,5 @@ def test_a_hit_brings_back_the_guards_its_compile_added_and_one_that_fails_compi
     assert len(compiled.passkit_reports) == 2
     name = _rewrite_guards(lambda batch: sympy.Eq(batch, 99))
     with caplog.at_level(logging.INFO, logger="passkit.cache"):
-        assert _compile_dynamic(5)[0] == [""]
+        assert _compile_dynamic(5)[0] == ["miss"]
     assert f"passkit: cache entry {name} was compiled under shape guards these sizes fail; compiling" in caplog.messages

@@ -56,6 +56,16 @@ def test_run_on_a_dropout_model_is_ok_with_no_difference(cli, planted) -> None:
         )
 
 
+def test_run_on_gpt2_at_its_defaults_draws_eagers_dropout_masks(cli, planted, monkeypatch) -> None:
+    pytest.importorskip("transformers")
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "models"))
+    result = cli.invoke(main, ["run", "training-python", "--model", "zoo:gpt2_ids", "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert (payload["ok"], payload["training"]) == (True, True)
+    assert payload["outputs_max_diff"] < 1e-5
+
+
 def test_verify_numerics_on_a_dropout_model_passes_every_step_and_catches_the_planted_one(cli, planted) -> None:
     (planted / "verified.toml").write_text(
         f'[pipeline]\nname = "verified"\nextends = "{FIXED_TRAINING}"\n\n[settings]\nverify = "numerics"\n'
