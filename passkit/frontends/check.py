@@ -209,8 +209,7 @@ def run_check(
         values.extend(ValueDiff(f"{label}[{name}]", diff, name not in bad) for name, diff in zip(names, comparison.diffs))
         return comparison.max_diff
 
-    flat = pytree.tree_leaves
-    expected_leaves, actual_leaves = flat(expected), flat(actual)
+    expected_leaves, actual_leaves = observable_leaves(expected), observable_leaves(actual)
     outputs_diff = compared(expected_leaves, actual_leaves, "output", [str(i) for i in range(len(expected_leaves))])
     grads_diff = None
     if training:
@@ -240,6 +239,23 @@ def run_check(
         atol=atol,
         verdict=verdict,
     )
+
+
+_PLAIN = (int, float, complex, bool, str, bytes, type(None), torch.dtype, torch.device)
+
+
+def observable_leaves(value: Any, depth: int = 0) -> list[Any]:
+    """``value``'s leaves as pytree flattens it, and inside a leaf pytree does not know (a Hugging
+    Face ``DynamicCache`` of keys and values) the leaves of its attributes, by name: two such
+    objects agree when what they hold agrees, not only when they are one object."""
+    leaves: list[Any] = []
+    for leaf in pytree.tree_leaves(value):
+        opaque = isinstance(leaf, (torch.Tensor, *_PLAIN, type)) or callable(leaf) or not hasattr(leaf, "__dict__")
+        if opaque or depth >= 4:
+            leaves.append(leaf)
+        else:
+            leaves.extend(observable_leaves([item for _, item in sorted(vars(leaf).items())], depth + 1))
+    return leaves
 
 
 def _verdict(mismatches: list[str], fallbacks: list[str], values: list[ValueDiff], tolerance: Any) -> Verdict:
