@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from passkit._torch import torch_source_dir
 from passkit.core.held_output import HeldOutput
 from passkit.errors import CaptureError, debug_enabled
 
@@ -77,7 +78,7 @@ def _reason(exc: BaseException) -> str:
     return first
 
 
-_NOT_USERS = tuple(os.path.dirname(path) + os.sep for path in (torch.__file__, __import__("passkit").__file__))
+_NOT_USERS = (torch_source_dir() + os.sep, os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
 _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 
 
