@@ -4,9 +4,10 @@ turning a capture that fails into one line: the model's line and torch's reason.
 A model that raises in ``forward``, a branch on a tensor's value (``if x.sum() > 0:``), a
 dimension marked dynamic that the model fixes: torch raises its own error, often after logging
 the graph it had traced, and the whole reads as hundreds of lines. ``capture`` holds torch's log
-lines and what it prints on stderr back while it exports (``passkit.core.held_output``), and
-on a failure drops them and raises a ``CaptureError`` whose message is one line. ``PASSKIT_DEBUG=1`` keeps everything:
-torch's log lines are printed and its error is the ``CaptureError``'s cause.
+lines and what it prints on stderr back while it exports (``passkit.core.held_output``), and on
+a failure drops them and raises a ``CaptureError`` whose message is one line.
+``PASSKIT_DEBUG=1`` keeps everything: torch's log lines are printed and its error is the
+``CaptureError``'s cause.
 """
 
 from __future__ import annotations
