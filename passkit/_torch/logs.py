@@ -18,12 +18,18 @@ __all__ = [
     "dynamo_code_location",
     "dynamo_input_names",
     "user_location",
+    "torch_source_dir",
     "on_dynamo_frame_start",
     "on_dynamo_compile_end",
     "graph_codegen",
     "structured_trace_enabled",
     "trace_artifact",
 ]
+
+
+def torch_source_dir() -> str:
+    """The folder torch's Python sources are in: frames there are torch's, not the user's."""
+    return os.path.dirname(torch.__file__)
 
 
 def graph_codegen(graph: torch.fx.Graph) -> Any:
@@ -103,7 +109,7 @@ def user_location(code: Any, frame_locals: dict[str, Any] | None, traced: Sequen
         found = _unwrapped_code(value) if callable(value) else None
         if found is not None and not _is_wrapper(found):
             return _at(_code_name(found), found)
-    torch_dir = os.path.dirname(torch.__file__)
+    torch_dir = torch_source_dir()
     for other in traced:
         if not _is_wrapper(other) and not os.path.abspath(other.co_filename).startswith(torch_dir):
             return _at(_code_name(other), other)

@@ -1,6 +1,6 @@
 """Own bisecting a model: capture it through Dynamo as ``passkit run`` does, then bisect each graph.
 
-The model comes from a factory (``module:factory`` returning ``(module, example_inputs)``). For
+The model comes from a factory (``module:factory``, ``passkit.frontends.check.ModelExample``'s contract). For
 an export pipeline (``kind = "export"``) it is captured with ``torch.export``, as
 ``passkit.export`` captures it: one program. Otherwise it runs once through ``torch.compile`` with a backend that only records each graph Dynamo captures
 (as a ``Program``) and what the captured graph computes on the real inputs (a ``Reference``),
@@ -46,9 +46,10 @@ def capture_model(spec: str, pipeline: Pipeline) -> list[Captured]:
 
     from passkit.frontends.check import build_model
 
-    module, inputs = build_model(spec)
+    example = build_model(spec)
+    module = example.module
     if pipeline.kind == "export":
-        return [_capture_exported(module, inputs)]
+        return [_capture_exported(module, example.args, example.kwargs)]
     training = pipeline.can_train and any(p.requires_grad for p in module.parameters())
     captured: list[Captured] = []
 
@@ -60,19 +61,20 @@ def capture_model(spec: str, pipeline: Pipeline) -> list[Captured]:
 
     compiled = torch.compile(module, backend=record, dynamic=False)
     with torch.set_grad_enabled(training):
-        compiled(*inputs)
+        example(compiled)
     if not captured:
         raise PasskitError(f"--model {spec}: Dynamo captured no graph to bisect")
     return captured
 
 
-def _capture_exported(module: torch.nn.Module, inputs: tuple[Any, ...]) -> Captured:
+def _capture_exported(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Captured:
     """The program ``passkit.export`` would run an export pipeline over: ``torch.export``'s."""
     from passkit.frontends.export import program_from_exported
     from passkit.verify.evaluate import Reference
 
-    args, kwargs = ((), dict(inputs[0])) if len(inputs) == 1 and isinstance(inputs[0], dict) else (inputs, {})
-    program, real_inputs = program_from_exported(torch.export.export(module, args, kwargs))
+    from passkit.frontends.export_capture import capture
+
+    program, real_inputs = program_from_exported(capture(module, args, kwargs))
     with torch.no_grad():
         reference = Reference(program, real_inputs)
     return Captured("exported program, inference", snapshot_program(program), reference)

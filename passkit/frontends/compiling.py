@@ -196,6 +196,8 @@ def _run_and_store(program: Program, real_inputs: list[Any], pipeline: Any, pm: 
 
     reference = Reference(program, real_inputs) if pipeline.settings.verify == "numerics" else None
     report = run_pipeline(pipeline, program, pm=pm, registry=get_registry(), reference=reference, progress=progress)
+    if cache is not None and cache.readable:
+        report.cache = "miss"  # looked up, not found: the steps ran
     if refusal:
         log.info("passkit: not caching: %s", refusal)
         report.uncached = refusal

@@ -35,7 +35,7 @@ def _run_child(tmp_path: Path) -> dict:
 def test_a_program_with_a_symbolic_batch_loads_in_a_fresh_process_and_reports_its_load_time(tmp_path: Path) -> None:
     cold = _run_child(tmp_path)
     warm = _run_child(tmp_path)
-    assert cold["cache"] == ["", ""]  # batch 2, then one symbolic graph for batches 3 and 4
+    assert cold["cache"] == ["miss", "miss"]  # batch 2, then one symbolic graph for batches 3 and 4
     assert warm["cache"] == ["hit", "hit"]
     assert warm["passes_run"] == 0
     assert warm["inductor"]["miss"] == 0 and warm["inductor"]["hit"] == 4  # two forwards, two backwards
@@ -82,7 +82,7 @@ def _rewrite_guards(make_guard) -> str:  # noqa: ANN001 - the entry's stored gua
 def test_a_hit_brings_back_the_guards_its_compile_added_and_one_that_fails_compiles_again(caplog) -> None:
     import sympy
 
-    assert _compile_dynamic(5)[0] == [""]
+    assert _compile_dynamic(5)[0] == ["miss"]
     _rewrite_guards(lambda batch: sympy.Eq(batch, 5))  # as if compiling had specialised on 5 rows
     marks, compiled = _compile_dynamic(5)
     assert marks == ["hit"]
@@ -93,5 +93,5 @@ def test_a_hit_brings_back_the_guards_its_compile_added_and_one_that_fails_compi
     assert len(compiled.passkit_reports) == 2
     name = _rewrite_guards(lambda batch: sympy.Eq(batch, 99))
     with caplog.at_level(logging.INFO, logger="passkit.cache"):
-        assert _compile_dynamic(5)[0] == [""]
+        assert _compile_dynamic(5)[0] == ["miss"]
     assert f"passkit: cache entry {name} was compiled under shape guards these sizes fail; compiling" in caplog.messages

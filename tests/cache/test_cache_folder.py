@@ -37,9 +37,9 @@ def _entries() -> dict[Path, int]:
 
 
 def test_past_the_size_limit_the_least_recently_used_entry_is_evicted_and_the_rest_load(monkeypatch, caplog) -> None:
-    assert _compile(2.0) == ""
+    assert _compile(2.0) == "miss"
     (first,) = _entries()
-    assert _compile(3.0) == ""
+    assert _compile(3.0) == "miss"
     (second,) = set(_entries()) - {first}
     now = time.time()
     os.utime(first, (now - 200, now - 200))  # written first...
@@ -50,19 +50,19 @@ def test_past_the_size_limit_the_least_recently_used_entry_is_evicted_and_the_re
     # Room for two entries of this size, not three.
     monkeypatch.setenv(MAX_BYTES_ENV, str(sizes[first] + sizes[second] + min(sizes.values()) // 2))
     with caplog.at_level(logging.INFO, logger="passkit.cache"):
-        assert _compile(4.0) == ""
+        assert _compile(4.0) == "miss"
     assert not second.exists() and first.exists() and len(_entries()) == 2
     assert "passkit: evicted 1 least recently used cache entry to stay under the size limit" in caplog.messages
     assert _compile(2.0) == "hit" and _compile(4.0) == "hit"
-    assert _compile(3.0) == ""  # evicted: compiled again
+    assert _compile(3.0) == "miss"  # evicted: compiled again
 
 
 def test_an_entry_larger_than_the_limit_is_kept_until_the_next_write(monkeypatch) -> None:
     monkeypatch.setenv(MAX_BYTES_ENV, "1")
-    assert _compile(2.0) == ""
+    assert _compile(2.0) == "miss"
     assert _compile(2.0) == "hit"
     (first,) = _entries()
-    assert _compile(3.0) == ""
+    assert _compile(3.0) == "miss"
     assert list(_entries()) != [first] and len(_entries()) == 1
 
 
@@ -83,7 +83,7 @@ def test_the_limit_reads_sizes_with_units_and_rejects_anything_else(monkeypatch)
 def test_a_malformed_limit_warns_once_per_write_and_the_compile_goes_on(monkeypatch, caplog) -> None:
     monkeypatch.setenv(MAX_BYTES_ENV, "lots")
     with caplog.at_level(logging.WARNING, logger="passkit.cache"):
-        assert _compile(2.0) == ""
+        assert _compile(2.0) == "miss"
     assert caplog.messages == ["passkit: PASSKIT_CACHE_MAX_BYTES: expected a positive size such as 2GiB, 500MB or "
                                "1000000, got 'lots'; using the default, 2 GiB"]
     assert _compile(2.0) == "hit"

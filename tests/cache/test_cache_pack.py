@@ -48,7 +48,7 @@ def test_keygen_writes_a_private_key_only_its_owner_reads_and_never_overwrites_o
 def test_a_packed_cache_unpacks_into_an_empty_folder_and_loads_from_the_pack(tmp_path, monkeypatch) -> None:
     private, public = _keys(tmp_path / "keys")
     monkeypatch.setenv("PASSKIT_CACHE_SIGNING_KEY", str(private))
-    assert _compile().cache == ""
+    assert _compile().cache == "miss"
     runner = CliRunner()
     packed = json.loads(runner.invoke(main, ["cache", "pack", str(tmp_path / "warm.tar"), "--json"]).stdout)
     assert (packed["entries"], packed["unsigned"]) == (1, 0)
@@ -90,7 +90,7 @@ def test_a_folder_the_group_can_write_is_used_only_with_trusted_keys(tmp_path, m
     monkeypatch.setenv("PASSKIT_CACHE_DIR", str(folder))
     monkeypatch.setattr(cache_folder, "_warned", set())
     with caplog.at_level(logging.WARNING, logger="passkit.cache"):
-        assert _compile().cache == ""
+        assert _compile().cache == "miss"
     assert caplog.messages == [f"passkit: compile cache folder {folder} is writable by others (mode 0770), so passkit "
                                f"does not use it; run chmod 700 {folder}"]
     assert list(folder.iterdir()) == []
@@ -99,7 +99,7 @@ def test_a_folder_the_group_can_write_is_used_only_with_trusted_keys(tmp_path, m
     monkeypatch.setenv("PASSKIT_CACHE_TRUSTED_KEYS", str(public))
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="passkit.cache"):
-        assert _compile().cache == ""
+        assert _compile().cache == "miss"
         assert (_compile().cache, _compile().source) == ("hit", "folder")
     assert caplog.messages == []
     (entry,) = folder.glob("*.entry")

@@ -72,7 +72,7 @@ def _server_entry(client: redis.Redis) -> tuple[bytes, bytes]:
 def test_a_signed_entry_loads_from_the_server_and_another_key_compiles_after_one_line(cluster, tmp_path, caplog) -> None:
     client, fresh, _ = cluster
     fresh(trusted=None)
-    assert _compile().cache == ""
+    assert _compile().cache == "miss"
     fresh(signing=None)  # an empty folder and the public key: every graph from the server
     with caplog.at_level(logging.WARNING):
         loaded = _compile()
@@ -83,7 +83,7 @@ def test_a_signed_entry_loads_from_the_server_and_another_key_compiles_after_one
     fresh(signing=None, trusted=other)
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        assert _compile().cache == ""
+        assert _compile().cache == "miss"
     name, blob = _server_entry(client)
     key = name.decode()[len(ENTRY_PREFIX):]
     signer = cache_entry.decode(blob, key, None).signer
@@ -120,7 +120,7 @@ def test_an_unsigned_or_altered_entry_on_the_server_is_never_unpickled(cluster, 
         fresh(signing=None)
         caplog.clear()
         with caplog.at_level(logging.WARNING):
-            assert _compile().cache == ""
+            assert _compile().cache == "miss"
         (line,) = _lines(caplog)
         assert line.startswith(f"passkit: not loading cache entry {key}.entry on the server: {why}")
         assert not marker.exists()
@@ -130,10 +130,10 @@ def test_an_unsigned_or_altered_entry_on_the_server_is_never_unpickled(cluster, 
 def test_without_trusted_keys_the_server_is_written_not_read_and_cache_info_says_why(cluster) -> None:
     client, fresh, _ = cluster
     fresh(trusted=None)
-    assert _compile().cache == ""
+    assert _compile().cache == "miss"
     _, blob = _server_entry(client)
     fresh(trusted=None)
-    assert _compile().cache == ""  # an empty folder, and the server not read
+    assert _compile().cache == "miss"  # an empty folder, and the server not read
     runner = CliRunner()
     data = json.loads(runner.invoke(main, ["cache", "info", "--json"]).stdout)["server"]
     why = "PASSKIT_CACHE_TRUSTED_KEYS is not set, and a server entry is loaded only when a trusted key signed it"
@@ -147,7 +147,7 @@ def test_without_trusted_keys_the_server_is_written_not_read_and_cache_info_says
 def test_without_a_signing_key_the_server_is_not_written(cluster) -> None:
     client, fresh, _ = cluster
     fresh(signing=None)
-    assert _compile().cache == ""
+    assert _compile().cache == "miss"
     assert client.keys("*") == []
     text = CliRunner().invoke(main, ["cache", "info"]).stdout.splitlines()
     assert text[-1] == ("server written: no: PASSKIT_CACHE_SIGNING_KEY is not set, and no reader loads an unsigned "
@@ -163,7 +163,7 @@ def test_a_truncated_entry_is_deleted_and_an_evicted_one_is_a_miss(cluster, capl
     client.set(name, blob[: len(blob) // 2])
     fresh()
     with caplog.at_level(logging.WARNING):
-        assert _compile().cache == ""
+        assert _compile().cache == "miss"
     kept, whole = len(blob) // 2 - cache_entry.HEADER, len(blob) - cache_entry.HEADER
     assert _lines(caplog) == [f"passkit: cache entry {key}.entry on the server is corrupt (truncated ({kept} of {whole} "
                               "bytes)); deleted it, compiling again"]
@@ -172,7 +172,7 @@ def test_a_truncated_entry_is_deleted_and_an_evicted_one_is_a_miss(cluster, capl
     fresh()
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        assert _compile().cache == ""
+        assert _compile().cache == "miss"
     assert _lines(caplog) == []
 
 
@@ -182,9 +182,9 @@ def test_a_server_down_at_the_start_costs_one_line_and_the_folder_goes_on(tmp_pa
     for name, value in (("PASSKIT_CACHE_URL", url), ("PASSKIT_CACHE_SIGNING_KEY", private), ("PASSKIT_CACHE_TRUSTED_KEYS", public)):
         monkeypatch.setenv(name, str(value))
     with caplog.at_level(logging.WARNING):
-        assert _compile().cache == ""
+        assert _compile().cache == "miss"
         assert (_compile().cache, _compile().source) == ("hit", "folder")
-        assert _compile(lambda x: x.cos() * 3.0).cache == ""
+        assert _compile(lambda x: x.cos() * 3.0).cache == "miss"
     (line,) = _lines(caplog)
     assert line.startswith(f"passkit: cache server {url} is unreachable (")
     assert line.endswith("); going on with the cache folder alone")
@@ -194,12 +194,12 @@ def test_a_server_that_stops_mid_run_costs_one_line(cluster, server, caplog) -> 
     client, fresh, _ = cluster
     url, process = server
     fresh()
-    assert _compile().cache == ""
+    assert _compile().cache == "miss"
     process.terminate()
     process.wait(10)
     with caplog.at_level(logging.WARNING):
-        assert _compile(lambda x: x.cos() * 3.0).cache == ""
-        assert _compile(lambda x: x.exp() * 3.0).cache == ""
+        assert _compile(lambda x: x.cos() * 3.0).cache == "miss"
+        assert _compile(lambda x: x.exp() * 3.0).cache == "miss"
         assert (_compile().cache, _compile().source) == ("hit", "folder")
     assert [line.split(" is unreachable")[0] for line in _lines(caplog)] == [f"passkit: cache server {url}"]
 
