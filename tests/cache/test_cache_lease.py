@@ -151,7 +151,7 @@ def test_processes_started_together_run_the_steps_once(where, tmp_path, request)
         results.append((json.loads(out.read_text())["reports"][0], stderr))
     marks = sorted((report["cache"], report["source"]) for report, _ in results)
     assert marks == [("hit", where), ("hit", where), ("miss", "")]
-    compiler = next(runs[i][1].pid for i, (report, _) in enumerate(results) if report["cache"] == "")
+    compiler = next(runs[i][1].pid for i, (report, _) in enumerate(results) if report["cache"] == "miss")
     waited = [stderr for report, stderr in results if report["cache"] == "hit"]
     assert any(f":{compiler} to compile graph 1 (" in stderr for stderr in waited), waited
 
