@@ -2,7 +2,8 @@
 
 The model comes from a factory (``module:factory`` returning ``(module, example_inputs)``). For
 an export pipeline (``kind = "export"``) it is captured with ``torch.export``, as
-``passkit.export`` captures it: one program. Otherwise it runs once through ``torch.compile`` with a backend that only records each graph Dynamo captures
+``passkit.export`` captures it: one program; so for an edge pipeline, as ``passkit.to_executorch``
+takes a program ``torch.export`` made. Otherwise it runs once through ``torch.compile`` with a backend that only records each graph Dynamo captures
 (as a ``Program``) and what the captured graph computes on the real inputs (a ``Reference``),
 then runs the graph eagerly. Each program is bisected in turn (``passkit.debug.bisect``); the
 first graph with a bad step ends the search.
@@ -47,8 +48,8 @@ def capture_model(spec: str, pipeline: Pipeline) -> list[Captured]:
     from passkit.frontends.check import build_model
 
     module, inputs = build_model(spec)
-    if pipeline.kind == "export":
-        return [_capture_exported(module, inputs)]
+    if pipeline.kind in ("export", "edge"):
+        return [_capture_exported(module, inputs, edge=pipeline.kind == "edge")]
     training = pipeline.can_train and any(p.requires_grad for p in module.parameters())
     captured: list[Captured] = []
 
@@ -66,13 +67,19 @@ def capture_model(spec: str, pipeline: Pipeline) -> list[Captured]:
     return captured
 
 
-def _capture_exported(module: torch.nn.Module, inputs: tuple[Any, ...]) -> Captured:
-    """The program ``passkit.export`` would run an export pipeline over: ``torch.export``'s."""
+def _capture_exported(module: torch.nn.Module, inputs: tuple[Any, ...], *, edge: bool = False) -> Captured:
+    """The program ``passkit.export`` would run an export pipeline over: ``torch.export``'s; for an
+    edge pipeline, set up as ``passkit.to_executorch`` sets it up (its steps reach ExecuTorch)."""
     from passkit.frontends.export import program_from_exported
     from passkit.verify.evaluate import Reference
 
     args, kwargs = ((), dict(inputs[0])) if len(inputs) == 1 and isinstance(inputs[0], dict) else (inputs, {})
     program, real_inputs = program_from_exported(torch.export.export(module, args, kwargs))
+    if edge:
+        from passkit.frontends.executorch import EdgeBridge
+        from passkit.passes.edge import EDGE_NOTE
+
+        program.notes[EDGE_NOTE] = EdgeBridge()
     with torch.no_grad():
         reference = Reference(program, real_inputs)
     return Captured("exported program, inference", snapshot_program(program), reference)

@@ -25,6 +25,7 @@ import torch
 from torch.export.graph_signature import InputKind
 
 from passkit import _torch
+from passkit.artifacts.snapshot import copy_graph_module
 from passkit.core.program import Desc, GraphIO, Program
 from passkit.core.report import Report
 from passkit.errors import PasskitError
@@ -66,22 +67,34 @@ class EdgeBridge:
         return True
 
     def exported(self, program: Program) -> torch.export.ExportedProgram:
-        """The program as an ``ExportedProgram`` (ExecuTorch's verifier once it is Edge)."""
-        verifiers = None
-        if "edge" in program.facts or _torch.edge_ops_in(program.graphs["main"]):
-            verifiers = _torch.edge_verifiers()
-        return exported_from_program(program, program.notes[EXPORT_NOTE], verifiers=verifiers)
+        """The program as an ``ExportedProgram`` (ExecuTorch's verifier once it is Edge), without
+        the parameters and buffers nothing reads any more (delegated ones: the backend holds them)."""
+        gm, io = copy_graph_module(program.graphs["main"]), program.io("main")
+        kept = []
+        for node, desc in zip([n for n in gm.graph.nodes if n.op == "placeholder"], io.inputs):
+            if desc.kind != "user" and not node.users:
+                gm.graph.erase_node(node)
+            else:
+                kept.append(desc)
+        gm.recompile()
+        signature = dataclasses.replace(program.signature, graph_io={"main": GraphIO(inputs=kept, outputs=list(io.outputs))})
+        trimmed = dataclasses.replace(program, graphs={"main": gm}, signature=signature)
+        verifiers = _torch.edge_verifiers() if _torch.edge_ops_in(gm) else None
+        return exported_from_program(trimmed, program.notes[EXPORT_NOTE], verifiers=verifiers)
 
     def _adopt(self, program: Program, ep: torch.export.ExportedProgram) -> None:
-        """Install ``ep``'s graph as ``main``, each placeholder described as the captured input it
-        stands for (a parameter by its state-dict name, a user input by its position), and what
-        ExecuTorch added to the state dict and constants kept for the next rebuild."""
+        """Install ``ep``'s graph as ``main`` with one placeholder per captured input, in order
+        (a parameter found by its state-dict name, a user input by its position; one ExecuTorch
+        no longer reads, delegated or shared with another, comes back unread), as every stage of
+        a program takes them; what ExecuTorch added to the state dict and constants is kept for
+        the next rebuild."""
         state: ExportState = program.notes[EXPORT_NOTE]
         by_target = {spec.target: i for i, spec in enumerate(state.inputs) if spec.kind != InputKind.USER_INPUT}
         users = [i for i, spec in enumerate(state.inputs) if spec.kind == InputKind.USER_INPUT]
         gm = ep.graph_module
         placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
-        descs, next_user = [], 0
+        found: dict[int, torch.fx.Node] = {}
+        next_user = 0
         for node, spec in zip(placeholders, ep.graph_signature.input_specs):
             if spec.kind == InputKind.USER_INPUT:
                 index, next_user = users[next_user], next_user + 1
@@ -90,7 +103,17 @@ class EdgeBridge:
             else:  # a constant lifted since capture: state of main's own, lifted again at the next rebuild
                 _read_as_attribute(gm, node, {**ep.state_dict, **ep.constants}[spec.target])
                 continue
-            descs.append(Desc(program.signature.inputs[index].kind, index))
+            found[index] = node
+        first = next(node for node in gm.graph.nodes if node.op != "placeholder")
+        for index, info in enumerate(program.signature.inputs):
+            node = found.get(index)
+            if node is None:
+                with gm.graph.inserting_before(first):
+                    node = gm.graph.placeholder(f"unread_{info.name}")
+                node.meta["val"] = program.example_inputs[index]
+            else:
+                first.prepend(node)
+        descs = [Desc(info.kind, index) for index, info in enumerate(program.signature.inputs)]
         gm.recompile()
         state.state_dict.update(ep.state_dict)
         state.constants.update(ep.constants)
@@ -133,13 +156,15 @@ def lower_to_executorch(
     if partitioners is not None:
         resolved = with_partitioners(resolved, partitioners)
     program, real_inputs = program_from_exported(exported)
+    made_by = export_record(exported)
+    # A program passkit.export made holds the facts its steps left (checked again under verify).
+    program.facts |= {fact for fact in made_by.get("facts", ()) if fact in ("functional",)}
     program.notes[EDGE_NOTE] = bridge = EdgeBridge()
     with torch.no_grad():
         report = run_steps(program, real_inputs, resolved, progress=progress)
     from passkit import __version__
 
     record = {"passkit_pipeline": resolved.name, "passkit_fingerprint": resolved.fingerprint(), "passkit_version": __version__}
-    made_by = export_record(exported)
     if made_by:
         record["passkit_export_pipeline"] = str(made_by["pipeline"])
     return Lowered(_torch.pte_bytes(bridge.exported(program), record), report, record)
