@@ -45,7 +45,14 @@ def _equal_to_eager(got: list[Any], model: torch.nn.Module, args: tuple[Any, ...
 
 
 def _torchvision(name: str) -> Any:
-    models = require_module("torchvision.models", install="pip install torchvision (the release that matches torch)")
+    """torchvision's model ``name``; skipped, in CI too, where torchvision cannot be imported beside
+    this torch: PyPI's torchvision wheels are built against PyPI's torch, and a CPU-only torch
+    (``2.13.0+cpu``) lacks the operators their library registers ("operator torchvision::nms
+    does not exist")."""
+    try:
+        import torchvision.models as models
+    except Exception as exc:  # noqa: BLE001 - ImportError, or the RuntimeError of a mismatched build
+        pytest.skip(f"torchvision does not import beside torch {torch.__version__}: {str(exc).splitlines()[0]}")
     return lambda: getattr(models, name)().eval()
 
 
@@ -93,8 +100,11 @@ def test_torchs_own_flow_fails_on_gpt2_and_llama_where_passkits_runs(tmp_path: P
             lowered = to_edge_transform_and_lower(captured, partitioner=[XnnpackPartitioner()]).to_executorch()
             method = Runtime.get().load_program(lowered.buffer).load_method("forward")
             method.execute(_torch.flat_user_inputs(captured, args, kwargs))
-        expected = {"gpt2": "Cannot view a tensor with shape", "llama": "failed with error 0x"}[name]
-        assert expected in str(failure.value), str(failure.value)
+        # torch's SDPA decomposition breaks GPT-2's views while lowering, or the program lowers and
+        # the XNNPACK delegate fails at run time ("Failed to resize output tensor"); which one GPT-2
+        # meets varies from run to run of the same code.
+        message = str(failure.value)
+        assert message.startswith("Cannot view a tensor with shape") or message == "method->execute() failed with error 0x10", message
         # passkit's flow: passkit.export, then passkit.to_executorch, delegated to XNNPACK too.
         exported = passkit.export(copy.deepcopy(model), args, kwargs)
         path = passkit.to_executorch(exported, tmp_path / f"{name}.pte")
@@ -239,3 +249,41 @@ def test_what_to_executorch_is_handed_is_checked_in_one_line(tmp_path: Path) -> 
         passkit.export(MLP().eval(), (torch.randn(2, 8),), pipeline="edge")
     assert "an edge pipeline (kind = \"edge\") lowers to ExecuTorch" in str(info.value)
     assert not (tmp_path / "m.pte").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_the_cli_writes_a_pte_runs_it_on_the_runtime_and_records_the_pipeline_beside_it(name: str, tmp_path: Path,
+                                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from passkit.cli import main
+
+    (tmp_path / "device_models.py").write_text(
+        "from export_models import MODELS\n\n"
+        f"def {name}():\n    return MODELS[{name!r}].build(), (dict(MODELS[{name!r}].kwargs),)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = CliRunner().invoke(main, ["export", "edge", "--model", f"device_models:{name}", "-o", f"out/{name}.pte",
+                                       "--executorch", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert (payload["ok"], payload["executorch"], payload["out"], payload["pipeline"]) == (True, True, f"out/{name}.pte", "edge")
+    assert [step["id"] for step in payload["report"]["steps"]][-3:] == ["edge.lower", "edge.contiguous", "edge.delegate"]
+    assert result.stderr.splitlines()[-1].startswith(
+        f"ok: edge on device_models:{name}: the ExecuTorch program out/{name}.pte vs eager: outputs max |diff| "
+    )
+    sidecar = json.loads((tmp_path / "out" / f"{name}.pte.json").read_text())
+    assert sidecar["record"] == pte_record(tmp_path / "out" / f"{name}.pte")
+    assert sidecar["record"]["passkit_pipeline"] == "edge" and sidecar["ok"] is True
+
+
+def test_explain_says_which_dialect_each_step_of_an_edge_pipeline_sees() -> None:
+    from passkit.pipeline.explain import explain_text
+
+    text = explain_text(passkit.load_pipeline("edge"))
+    assert "kind: edge (passkit.to_executorch writes the program as an ExecuTorch .pte)" in text
+    assert "  fx.dce: ATen (as in an export pipeline)\n" in text
+    assert "  edge.lower: ATen (as in an export pipeline)\n" in text
+    assert "  edge.delegate: Edge ops (exir_ops.edge.aten.*; a pass matching torch.ops.aten targets finds none)\n" in text
