@@ -28,12 +28,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
+# Python puts this file's folder first on the path, where this file would shadow the
+# `executorch` package it benchmarks.
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
-import passkit
-from passkit import _torch
+import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "frontends"))
+import passkit  # noqa: E402
+from passkit import _torch  # noqa: E402
 
 
 def mlp() -> tuple[torch.nn.Module, tuple[Any, ...], dict[str, Any]]:

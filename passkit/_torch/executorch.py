@@ -160,12 +160,17 @@ def pte_record(pte: bytes, names: Sequence[str]) -> dict[str, str]:
 def run_pte(pte: bytes, inputs: Sequence[Any]) -> list[Any]:
     """Run the ``.pte``'s ``forward`` on the ExecuTorch runtime; ``inputs`` flattened as the
     program takes them (``flat_user_inputs``)."""
-    return list(_load(pte).load_method("forward").execute(list(inputs)))
+    return list(load_pte_method(pte).execute(list(inputs)))
 
 
 def load_pte_method(pte: bytes) -> Any:
-    """The ``.pte``'s ``forward``, loaded once (its ``execute`` for repeated runs)."""
-    return _load(pte).load_method("forward")
+    """The ``.pte``'s ``forward``, loaded once (its ``execute`` for repeated runs). The method
+    holds its program: the runtime's method reads the program's memory, and a program collected
+    while its method runs is a crash (a segmentation fault), not an error."""
+    program = _load(pte)
+    method = program.load_method("forward")
+    method.passkit_program = program
+    return method
 
 
 def set_runtime_threads(count: int) -> None:
