@@ -255,20 +255,21 @@ def test_the_cli_writes_a_pte_runs_it_on_the_runtime_and_records_the_pipeline_be
 
     from passkit.cli import main
 
-    (tmp_path / "device_models.py").write_text(
+    module = f"device_models_{name}"  # one module per model: Python keeps the first one imported
+    (tmp_path / f"{module}.py").write_text(
         "from export_models import MODELS\n\n"
         f"def {name}():\n    return MODELS[{name!r}].build(), (dict(MODELS[{name!r}].kwargs),)\n"
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    result = CliRunner().invoke(main, ["export", "edge", "--model", f"device_models:{name}", "-o", f"out/{name}.pte",
+    result = CliRunner().invoke(main, ["export", "edge", "--model", f"{module}:{name}", "-o", f"out/{name}.pte",
                                        "--executorch", "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert (payload["ok"], payload["executorch"], payload["out"], payload["pipeline"]) == (True, True, f"out/{name}.pte", "edge")
     assert [step["id"] for step in payload["report"]["steps"]][-3:] == ["edge.lower", "edge.contiguous", "edge.delegate"]
     assert result.stderr.splitlines()[-1].startswith(
-        f"ok: edge on device_models:{name}: the ExecuTorch program out/{name}.pte vs eager: outputs max |diff| "
+        f"ok: edge on {module}:{name}: the ExecuTorch program out/{name}.pte vs eager: outputs max |diff| "
     )
     sidecar = json.loads((tmp_path / "out" / f"{name}.pte.json").read_text())
     assert sidecar["record"] == pte_record(tmp_path / "out" / f"{name}.pte")
