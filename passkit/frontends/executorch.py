@@ -17,6 +17,7 @@ The ``.pte`` records the pipeline, its fingerprint and passkit's version as cons
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -126,7 +127,11 @@ def _read_as_attribute(gm: torch.fx.GraphModule, placeholder: torch.fx.Node, val
     """Replace ``placeholder`` with a ``get_attr`` of ``value`` registered on ``gm``."""
     name = f"_passkit_{placeholder.name}"
     setattr(gm, name, value)
-    with gm.graph.inserting_before(next(node for node in gm.graph.nodes if node.op != "placeholder")):
+    # A plain tensor attribute, as export_signature lifts one into a CONSTANT_TENSOR input; FX
+    # warns that it is neither a parameter nor a buffer, which is the point.
+    with gm.graph.inserting_before(next(node for node in gm.graph.nodes if node.op != "placeholder")), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
         read = gm.graph.get_attr(name)
     read.meta.update(placeholder.meta)
     placeholder.replace_all_uses_with(read)
