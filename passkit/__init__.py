@@ -48,6 +48,7 @@ __all__ = [
     "patterns",
     "progress",
     "reports",
+    "to_executorch",
     "__version__",
 ]
 
@@ -59,6 +60,7 @@ _LAZY = {
     "load_pipeline": "passkit.frontends.compiling",
     "export": "passkit.frontends.export",
     "package": "passkit.frontends.package",
+    "to_executorch": "passkit.frontends.executorch",
     "Pipeline": "passkit.pipeline",
     "reports": "passkit.frontends.compile_options",
     "inductor_options": "passkit.frontends.inductor_slots",

@@ -5,6 +5,7 @@ owns one side of torch:
 
 - ``collectives``: functional collectives and waits, torch's FX bucketing of them;
 - ``aoti``: AOTInductor's packages, compiled from an ``ExportedProgram`` and loaded back;
+- ``executorch``: ExecuTorch (optional): Edge lowering, delegation, ``.pte`` files and their runtime;
 - ``hops``: higher-order ops' subgraphs, and how passkit's tracing forwards them;
 - ``tracing``: fake tensors, functional tracing, re-tracing;
 - ``mutations``: which nodes and ops write into their arguments, which values share memory;
@@ -36,6 +37,8 @@ from passkit._torch.aoti import *  # noqa: F403
 from passkit._torch.aoti import __all__ as _aoti
 from passkit._torch.collectives import *  # noqa: F403
 from passkit._torch.collectives import __all__ as _collectives
+from passkit._torch.executorch import *  # noqa: F403
+from passkit._torch.executorch import __all__ as _executorch
 from passkit._torch.graph_passes import *  # noqa: F403
 from passkit._torch.graph_passes import __all__ as _graph_passes
 from passkit._torch.graph_pickle import *  # noqa: F403
@@ -81,7 +84,7 @@ from passkit._torch.values import __all__ as _values
 
 
 __all__ = [
-    *_aoti, *_collectives, *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots,
+    *_aoti, *_collectives, *_executorch, *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots,
     *_inductor_workers, *_kernel_bundles, *_logs, *_mutations, *_ops, *_own_decomps, *_region_calls, *_region_values, *_regions,
     *_shape_guards, *_symbols, *_tracing, *_unbacked, *_values,
 ]

@@ -32,6 +32,8 @@ from torch._subclasses.meta_utils import MetaConverter, MetaTensorDescriber
 from torch.fx import GraphModule
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+from passkit._torch.executorch import edge_reduction
+
 __all__ = ["dumps_graphs", "loads_graphs"]
 
 _STATE = "passkit-unpickle-state"
@@ -146,6 +148,9 @@ class _Pickler(pickle.Pickler):
             return self._graph_module(obj)
         if isinstance(obj, OpOverload):
             return _op, (obj.namespace, obj._opname, obj._overloadname)
+        edge = edge_reduction(obj)  # ExecuTorch's Edge ops and delegated modules
+        if edge is not None:
+            return edge
         if isinstance(obj, OpOverloadPacket):
             namespace, name = obj._qualified_op_name.split("::")
             return _op, (namespace, name, None)

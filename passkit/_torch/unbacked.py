@@ -208,14 +208,17 @@ def data_dependent_guard(exc: BaseException) -> str | None:
 
 
 def is_runtime_assert(op: Any) -> bool:
-    """A check tracing adds on an unbacked symbol (``u0 >= 0``, ``u0 <= 32``), which the
-    program keeps and runs: no table lowers it, and it is in every opset as torch's export
-    keeps it in Core ATen programs."""
+    """A check tracing adds on an unbacked symbol (``u0 >= 0``, ``u0 <= 32``) or on a tensor's
+    metadata, which the program keeps and runs: no table lowers it, and it is in every opset as
+    torch's export keeps it in Core ATen programs."""
     return op in _RUNTIME_ASSERTS
 
 
+# ``_assert_tensor_metadata`` is torch.export's check of a ``.to()``'s input (Hugging Face GPT-2
+# has it): its Core ATen programs keep it, and a program passkit.export made holds it.
 _RUNTIME_ASSERTS = frozenset(
     getattr(torch.ops.aten, name).default
-    for name in ("_assert_scalar", "sym_constrain_range", "sym_constrain_range_for_size", "_assert_async")
+    for name in ("_assert_scalar", "sym_constrain_range", "sym_constrain_range_for_size", "_assert_async",
+                 "_assert_tensor_metadata")
     if hasattr(torch.ops.aten, name)
 )

@@ -1,18 +1,24 @@
 """Own ``passkit export``: export a model through a pipeline, write the ``ExportedProgram`` (or an
-AOTInductor package), and compare what was written with eager.
+AOTInductor package, or with ``--executorch`` an ExecuTorch ``.pte``), and compare what was
+written with eager.
 
 The model comes from ``--model mod:factory`` (``factory() -> (module, example_inputs)``), used as
 the factory returns it (call ``.eval()`` there for inference). The written program is loaded back
 (``torch.export.load``, or ``aoti_load_package`` with ``--package``) and run on the example
 inputs; its outputs are compared with eager's within the tolerance ``passkit run`` holds results
 to (``passkit.verify.compare.tolerance_for``: the settings loosened to what the steps that ran
-declare). Exit codes are
+declare). With ``--executorch`` FILE is an edge pipeline (``edge``, or one that extends it): the
+model is exported with the ``export`` pipeline, lowered through FILE (``passkit.to_executorch``),
+and the ``.pte`` runs on the ExecuTorch runtime in this process; the pipeline's name and
+fingerprint are inside the file, and a sidecar ``OUT.json`` beside it repeats them with the
+verdict. Exit codes are
 ``passkit run``'s: 0 ok, 1 the outputs differ, 2 bad input, 4 a step failed.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -33,6 +39,8 @@ __all__ = ["command", "dynamic_shapes_for"]
 @click.option("-o", "--output", "out", metavar="OUT", required=True, type=click.Path(dir_okay=False),
               help="Where to write the ExportedProgram (torch.export.save), or the package with --package.")
 @click.option("--package", "as_package", is_flag=True, help="Write an AOTInductor package (passkit.package) instead.")
+@click.option("--executorch", "as_pte", is_flag=True,
+              help="FILE is an edge pipeline: write an ExecuTorch .pte (passkit.to_executorch) and run it on the runtime.")
 @click.option("--dynamic", "dynamic", metavar="DIM", multiple=True,
               help="Export dimension DIM of every tensor input as dynamic (one size for all; negative counts from the end); repeatable.")
 @click.option("--dump", "dump_dir", metavar="DIR", default=None, help="Write each step's graph code into DIR.")
@@ -41,9 +49,10 @@ __all__ = ["command", "dynamic_shapes_for"]
               help="Print the result as JSON on stdout (the table and verdict go to stderr); --json OUT writes it to OUT.")
 @plugin_option
 @click.pass_context
-def command(ctx: click.Context, file: str, model: str, out: str, as_package: bool, dynamic: tuple[str, ...],
+def command(ctx: click.Context, file: str, model: str, out: str, as_package: bool, as_pte: bool, dynamic: tuple[str, ...],
             dump_dir: str | None, report: str | None, json_out: str | None, plugins: tuple[str, ...]) -> None:
-    """Export a model with pipeline FILE (``export``, or a file that extends it) and write it to OUT.
+    """Export a model with pipeline FILE (``export``, or a file that extends it) and write it to OUT;
+    with --executorch, FILE is an edge pipeline and OUT a .pte.
 
     Exit status: 0 the written program matches eager; 1 it differs; 2 bad input; 4 a step failed.
     """
@@ -56,9 +65,16 @@ def command(ctx: click.Context, file: str, model: str, out: str, as_package: boo
     from passkit.verify.compare import compare_values, tolerance_for
 
     register_plugins(plugins)
+    if as_pte and as_package:
+        raise PasskitError("--executorch and --package write different files; give one")
     settings = {key: value for key, value in (("dump", "all" if dump_dir else None), ("dump_dir", dump_dir),
                                               ("report", report)) if value is not None}
-    pipeline = resolve_export_pipeline(file, settings)
+    if as_pte:
+        from passkit.frontends.executorch import resolve_edge_pipeline
+
+        pipeline = resolve_edge_pipeline(file, settings)
+    else:
+        pipeline = resolve_export_pipeline(file, settings)
     example = build_model(model)
     module, args, kwargs = example.module, example.args, example.kwargs
     dynamic_shapes = dynamic_shapes_for(module, args, kwargs, dynamic)
@@ -67,13 +83,28 @@ def command(ctx: click.Context, file: str, model: str, out: str, as_package: boo
     progress = LiveTable(err=json_on_stdout)
     progress.begin(pipeline)
     try:
-        exported = export(copy.deepcopy(module), args, kwargs, pipeline=pipeline,
-                          dynamic_shapes=dynamic_shapes, progress=progress)
+        if as_pte:
+            from passkit.frontends.executorch import lower_to_executorch
+
+            exported = export(copy.deepcopy(module), args, kwargs, dynamic_shapes=dynamic_shapes, progress=lambda record: None)
+            lowered = lower_to_executorch(exported, pipeline=pipeline, progress=progress)
+            exported.passkit_report = lowered.report  # type: ignore[attr-defined]  # the edge pipeline's table
+        else:
+            exported = export(copy.deepcopy(module), args, kwargs, pipeline=pipeline,
+                              dynamic_shapes=dynamic_shapes, progress=progress)
     finally:
         progress.close()
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
-    if as_package:
+    if as_pte:
+        from passkit import _torch
+
+        target.write_bytes(lowered.pte)
+        written, flat = str(target), _torch.flat_user_inputs(exported, args, kwargs)
+
+        def run(*_: Any, **__: Any) -> Any:
+            return _torch.run_pte(lowered.pte, flat)
+    elif as_package:
         from passkit import _torch
         from passkit.frontends.package import package
 
@@ -91,14 +122,20 @@ def command(ctx: click.Context, file: str, model: str, out: str, as_package: boo
     ran = {record.position for record in exported.passkit_report.records if record.status == "ran"}
     tolerance = tolerance_for(pipeline.settings, (step for step in pipeline.steps if step.position in ran))
     diff = compare_values(pytree.tree_leaves(expected), pytree.tree_leaves(got), "output", tolerance)
-    line = _verdict(diff, pipeline.name, model, written, as_package)
+    what = "ExecuTorch program" if as_pte else "package" if as_package else "exported program"
+    line = _verdict(diff, pipeline.name, model, written, what)
     (terminal.note if json_on_stdout else terminal.out)(line)
+    result = {
+        "pipeline": pipeline.name, "model": model, "out": written, "package": as_package, "executorch": as_pte,
+        "ok": diff.ok, "outputs_max_diff": diff.max_diff, "mismatches": [str(m) for m in diff.mismatches],
+        **diff.tolerance.to_json(), "report": exported.passkit_report.to_json(),
+    }
+    if as_pte:  # the sidecar: what the .pte's constant methods hold, and the verdict, readable without ExecuTorch
+        result["record"] = lowered.record
+        Path(f"{written}.json").write_text(json.dumps({key: value for key, value in result.items() if key != "report"},
+                                                      indent=2, sort_keys=True) + "\n")
     if json_out is not None:
-        terminal.write_json({
-            "pipeline": pipeline.name, "model": model, "out": written, "package": as_package,
-            "ok": diff.ok, "outputs_max_diff": diff.max_diff, "mismatches": [str(m) for m in diff.mismatches],
-            **diff.tolerance.to_json(), "report": exported.passkit_report.to_json(),
-        }, json_out)
+        terminal.write_json(result, json_out)
     if not diff.ok:
         ctx.exit(EXIT_MISMATCH)
 
@@ -134,8 +171,7 @@ def dynamic_shapes_for(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any
     return {name: spec(name, value) for name, value in bound.arguments.items()}
 
 
-def _verdict(diff: Any, pipeline: str, model: str, written: str, as_package: bool) -> str:
-    what = "package" if as_package else "exported program"
+def _verdict(diff: Any, pipeline: str, model: str, written: str, what: str) -> str:
     outcome = "ok" if diff.ok else "MISMATCH"
     line = f"{outcome}: {pipeline} on {model}: the {what} {written} vs eager: outputs max |diff| {diff.max_diff:.1e} ({diff.tolerance})"
     if not diff.ok and diff.mismatches:

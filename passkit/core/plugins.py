@@ -51,6 +51,7 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("partition", "passkit.passes.partition"),
     ("partition_min_cut", "passkit.passes.partition_min_cut"),
     ("fx_cleanup", "passkit.passes.fx_cleanup"),
+    ("edge", "passkit.passes.edge"),
     ("collectives_reshard", "passkit.passes.collectives_reshard"),
     ("collectives_bucket", "passkit.passes.collectives_bucket"),
     ("collectives_overlap", "passkit.passes.collectives_overlap"),

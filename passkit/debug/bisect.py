@@ -202,11 +202,11 @@ def _valid(pipeline: Pipeline, steps: list[Step], registry: Registry) -> bool:
     """Whether ``steps`` load as a pipeline file (contracts, ending in ``compiled``, or for an
     export pipeline in ``functional``)."""
     from passkit.pipeline.contracts import check_contracts
-    from passkit.pipeline.exports import check_export
+    from passkit.pipeline.exports import PROGRAM_KINDS, check_export
 
     candidate = dataclasses.replace(pipeline, steps=tuple(steps))
     try:
-        if candidate.kind == "export":
+        if candidate.kind in PROGRAM_KINDS:
             check_export(candidate, registry)
         else:
             check_contracts(candidate, registry, training=candidate.can_train)

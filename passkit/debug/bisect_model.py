@@ -2,7 +2,8 @@
 
 The model comes from a factory (``module:factory``, ``passkit.frontends.check.ModelExample``'s contract). For
 an export pipeline (``kind = "export"``) it is captured with ``torch.export``, as
-``passkit.export`` captures it: one program. Otherwise it runs once through ``torch.compile`` with a backend that only records each graph Dynamo captures
+``passkit.export`` captures it: one program; so for an edge pipeline, as ``passkit.to_executorch``
+takes a program ``torch.export`` made. Otherwise it runs once through ``torch.compile`` with a backend that only records each graph Dynamo captures
 (as a ``Program``) and what the captured graph computes on the real inputs (a ``Reference``),
 then runs the graph eagerly. Each program is bisected in turn (``passkit.debug.bisect``); the
 first graph with a bad step ends the search.
@@ -48,8 +49,8 @@ def capture_model(spec: str, pipeline: Pipeline) -> list[Captured]:
 
     example = build_model(spec)
     module = example.module
-    if pipeline.kind == "export":
-        return [_capture_exported(module, example.args, example.kwargs)]
+    if pipeline.kind in ("export", "edge"):
+        return [_capture_exported(module, example.args, example.kwargs, edge=pipeline.kind == "edge")]
     training = pipeline.can_train and any(p.requires_grad for p in module.parameters())
     captured: list[Captured] = []
 
@@ -67,14 +68,21 @@ def capture_model(spec: str, pipeline: Pipeline) -> list[Captured]:
     return captured
 
 
-def _capture_exported(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Captured:
-    """The program ``passkit.export`` would run an export pipeline over: ``torch.export``'s."""
+def _capture_exported(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                      edge: bool = False) -> Captured:
+    """The program ``passkit.export`` would run an export pipeline over: ``torch.export``'s; for an
+    edge pipeline, set up as ``passkit.to_executorch`` sets it up (its steps reach ExecuTorch)."""
     from passkit.frontends.export import program_from_exported
     from passkit.verify.evaluate import Reference
 
     from passkit.frontends.export_capture import capture
 
     program, real_inputs = program_from_exported(capture(module, args, kwargs))
+    if edge:
+        from passkit.frontends.executorch import EdgeBridge
+        from passkit.passes.edge import EDGE_NOTE
+
+        program.notes[EDGE_NOTE] = EdgeBridge()
     with torch.no_grad():
         reference = Reference(program, real_inputs)
     return Captured("exported program, inference", snapshot_program(program), reference)

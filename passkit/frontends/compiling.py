@@ -101,6 +101,11 @@ def resolve_pipeline(pipeline: Any, settings: dict[str, Any]) -> Any:
             f'{resolved.label}: an export pipeline (kind = "export") makes an ExportedProgram, not code to call; '
             f"use passkit.export(model, args, pipeline={_argument(pipeline, resolved)!r}), or a pipeline that compiles, such as 'training'"
         )
+    if resolved.kind == "edge":
+        raise PasskitError(
+            f'{resolved.label}: an edge pipeline (kind = "edge") makes an ExecuTorch program, not code to call; '
+            f"use passkit.to_executorch(exported, path, pipeline={_argument(pipeline, resolved)!r}), or a pipeline that compiles, such as 'training'"
+        )
     return resolved.with_settings(**settings) if settings else resolved
 
 
@@ -201,7 +206,7 @@ def _run_and_store(program: Program, real_inputs: list[Any], pipeline: Any, pm: 
     if refusal:
         log.info("passkit: not caching: %s", refusal)
         report.uncached = refusal
-    complete = pipeline.kind == "export" or _missing_training_steps(pipeline, program) is None
+    complete = pipeline.kind in ("export", "edge") or _missing_training_steps(pipeline, program) is None
     return report, cache is not None and complete and cache.store(program, report)
 
 

@@ -37,6 +37,11 @@ def resolve_export_pipeline(pipeline: Any, settings: dict[str, Any]) -> Any:
     """The pipeline ``passkit.export`` runs: loaded, refused in one line when a step makes what an
     exported program cannot hold (a joint graph, a partition, generated code)."""
     resolved = load_pipeline(pipeline)
+    if resolved.kind == "edge":
+        raise PasskitError(
+            f'{resolved.label}: an edge pipeline (kind = "edge") lowers to ExecuTorch; export with an export pipeline '
+            "such as 'export', then call passkit.to_executorch(exported, path, pipeline=...)"
+        )
     if resolved.kind != "export":
         refuse_for_export(resolved)
     return resolved.with_settings(**settings) if settings else resolved

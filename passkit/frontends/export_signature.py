@@ -108,9 +108,10 @@ class ExportState:
         return [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def exported_from_program(program: Program, state: ExportState) -> torch.export.ExportedProgram:
+def exported_from_program(program: Program, state: ExportState, *, verifiers: Any = None) -> torch.export.ExportedProgram:
     """``program``'s ``main`` as an ``ExportedProgram`` with a signature rebuilt from its
-    descriptors (see the module docstring)."""
+    descriptors (see the module docstring), checked by ``verifiers`` (torch's by default;
+    ExecuTorch's for an Edge-dialect program)."""
     gm = program.graphs["main"]
     io = program.io("main")
     state_dict, constants = dict(state.state_dict), dict(state.constants)
@@ -132,6 +133,7 @@ def exported_from_program(program: Program, state: ExportState) -> torch.export.
         module_call_graph=copy.deepcopy(state.module_call_graph),
         example_inputs=state.example_inputs,
         constants={name: value for name, value in constants.items() if name in read},
+        verifiers=verifiers,
     )
 
 

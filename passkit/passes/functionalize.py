@@ -42,8 +42,11 @@ def functionalize(program: Program) -> bool:
     """Re-trace main without mutations; record input mutations and aliases in the signature."""
     main = program.graphs["main"]
     io = program.io("main")
-    if any(d.kind == "mutation" for d in io.outputs):
-        return False  # already functional: its mutations are outputs
+    if any(d.kind == "mutation" for d in io.outputs) or "functional" in program.facts:
+        # Already functional: its mutations are outputs, or a step (passkit.export's, for the
+        # program passkit.to_executorch is handed) made it so. A second trace would only reorder
+        # nodes, which XNNPACK's pattern-based linear conversion does not survive (Llama).
+        return False
     names = [n.name for n in main.graph.nodes if n.op == "placeholder"]
     hidden = HiddenWrites()
     if program.training:

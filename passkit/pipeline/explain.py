@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import pydantic
 
+from passkit.pipeline.exports import edge_dialects
 from passkit.pipeline.messages import DEFAULT_ORIGIN, display_source
 
 if TYPE_CHECKING:
@@ -114,6 +115,9 @@ def explain_text(pipeline: Pipeline) -> str:
         lines.append("files: " + " -> ".join(str(path) for path in pipeline.files))
     if pipeline.kind == "export":
         lines.append("kind: export (passkit.export hands the program back as an ExportedProgram)")
+    if pipeline.kind == "edge":
+        lines.append("kind: edge (passkit.to_executorch writes the program as an ExecuTorch .pte)")
+        lines.extend(edge_dialects(pipeline))
     lines.append("")
     lines.append("settings:")
     settings = pipeline.settings.model_dump()

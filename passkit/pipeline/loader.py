@@ -22,7 +22,7 @@ from passkit.pipeline.dicts import caller_location, mark_unregistered, python_do
 from passkit.pipeline.messages import CodeLocation, did_you_mean, display_path
 from passkit.pipeline.model import Pipeline
 from passkit.pipeline.overlay import Draft, apply_file, check_top_level, finalize, read_header
-from passkit.pipeline.exports import check_export
+from passkit.pipeline.exports import PROGRAM_KINDS, check_export
 from passkit.pipeline.slots import check_slots
 
 if TYPE_CHECKING:
@@ -228,7 +228,7 @@ def _load(spec: str | Path | Mapping[str, Any], registry: Registry, mounted: boo
         pipeline = mark_unregistered(pipeline, unregistered)
     if mounted or pipeline.mounted:
         return check_slots(pipeline, registry)
-    if pipeline.kind == "export":
+    if pipeline.kind in PROGRAM_KINDS:
         return check_export(pipeline, registry)
     check_contracts(pipeline, registry, training=pipeline.can_train)
     return pipeline

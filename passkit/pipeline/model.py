@@ -98,7 +98,7 @@ class Pipeline:
     settings_origin: dict[str, str]
     steps: tuple[Step, ...]
     files: tuple[Path | CodeLocation, ...] = ()  # the extends chain, base first
-    kind: Literal["compile", "export"] = "compile"  # [pipeline] kind: what the plan makes
+    kind: Literal["compile", "export", "edge"] = "compile"  # [pipeline] kind: what the plan makes
 
     @property
     def can_train(self) -> bool:

@@ -42,8 +42,9 @@ class PipelineHeader(_Strict):
     name: str | None = None
     description: str | None = None
     # What the plan makes: compiled code ("compile"), or a program ``passkit.export`` hands
-    # back as an ``ExportedProgram`` ("export": no joint, no partition, no codegen).
-    kind: Literal["compile", "export"] | None = None
+    # back as an ``ExportedProgram`` ("export": no joint, no partition, no codegen), or a program
+    # ``passkit.to_executorch`` writes as a ``.pte`` ("edge": the same, lowered to ExecuTorch).
+    kind: Literal["compile", "export", "edge"] | None = None
     extends: str | None = None
     disable: list[str] = []
 
