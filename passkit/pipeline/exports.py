@@ -31,6 +31,9 @@ PROGRAM_KINDS = {
 }
 
 
+_VERBS = {"export": "export", "edge": "lower"}
+
+
 def refuse_for_export(pipeline: Pipeline, kind: str = "export") -> None:
     """Raise at the first enabled step that a program of ``kind`` cannot come out of (whether
     or not it would run: a training-only ``joint`` in an export file is a mistake too)."""
@@ -45,7 +48,7 @@ def refuse_for_export(pipeline: Pipeline, kind: str = "export") -> None:
             if pipeline.kind == kind:  # already a plan of this kind: the step is what is wrong
                 raise PipelineError(
                     f"{head}; an {kind} pipeline (kind = \"{kind}\") has no joint, partition or codegen step: "
-                    f"remove this one, or hand the model to {runner} and train with passkit.compile"
+                    f"remove this one, or {_VERBS[kind]} with {runner} and train with passkit.compile"
                 )
             raise PipelineError(
                 f"{head}; {runner} runs a pipeline with kind = \"{kind}\" "
