@@ -208,3 +208,80 @@ def test_a_view_of_a_functions_result_keeps_the_functions_backward(entry: str) -
     expected = _aliasing_step(fn)
     torch.testing.assert_close(actual[:2], expected[:2])
     assert actual[2] == expected[2]
+
+
+# -- a backward that writes to what it reads ------------------------------------------------------
+
+
+class _BackwardTransposesASavedInput(torch.autograd.Function):
+    # torch's test_backward_mutation_metadata
+    @staticmethod
+    def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ctx.save_for_backward(b)
+        return a.clone(), b.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad_a: torch.Tensor, grad_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        (b,) = ctx.saved_tensors
+        b.transpose_(1, 0)
+        return grad_a.clone(), grad_b.clone()
+
+
+class _BackwardTransposesItsGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        grad.t_()
+        return grad.clone().t()
+
+
+def _transposes_a_saved_input(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    a_, b_ = _BackwardTransposesASavedInput.apply(a, b)
+    return a_ * b_
+
+
+def _transposes_its_gradient(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return _BackwardTransposesItsGradient.apply(a * b)
+
+
+BACKWARD_METADATA_WRITES = {
+    "saved_input": (
+        _transposes_a_saved_input,
+        "Found a graph input that had its metadata mutated in the backward. This is not supported",
+        "steps[3] (joint) failed: PasskitError: Found a graph input that had its "
+        "metadata mutated in the backward. This is not supported (input 1, arg1_1) "
+        "(after: functionalize, decompose, attention)",
+    ),
+    "gradient": (
+        _transposes_its_gradient,
+        "Found an input to the backward that had metadata mutated during the backward pass. This is not supported",
+        "steps[3] (joint) failed: PasskitError: Found an input to the backward that "
+        "had metadata mutated during the backward pass. This is not supported (the gradient of output 0) "
+        "(after: functionalize, decompose, attention)",
+    ),
+}
+
+
+@pytest.mark.parametrize("pipeline", PIPELINES)
+@pytest.mark.parametrize("case", BACKWARD_METADATA_WRITES)
+def test_a_backward_that_changes_an_inputs_metadata_is_refused_in_torchs_words(case: str, pipeline: str) -> None:
+    from functorch.compile import aot_function, nop
+
+    fn, torchs_reason, message = BACKWARD_METADATA_WRITES[case]
+
+    def inputs() -> list[torch.Tensor]:
+        return [torch.ones(3, 3, requires_grad=True), torch.ones(3, 3, requires_grad=case == "gradient")]
+
+    with pytest.raises(AssertionError, match=torchs_reason):
+        aot_function(fn, nop)(*inputs()).sum().backward()
+    compiled = passkit.aot_function(fn, pipeline=pipeline, repro_dir="")
+    with pytest.raises(passkit.PasskitError) as refused:
+        compiled(*inputs())
+    if pipeline == "training":  # the regions step runs first there
+        message = message.replace("steps[3]", "steps[4]").replace("after: ", "after: regions, ")
+    where, what = str(refused.value).split(".toml: ", 1)
+    assert where.endswith(f"pipelines/{pipeline}")  # the shipped file, as the path it is loaded from
+    assert what == message
