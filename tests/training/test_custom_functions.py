@@ -22,14 +22,15 @@ PIPELINES = ["training-python", "training"]
 
 
 class _ReturnsItsInput(torch.autograd.Function):
-    # The output aliases the input; the backward is no derivative of the forward.
+    # The output aliases the input; the backward is no derivative of the forward (torch's
+    # test_input_output_aliase_custom_autograd_function).
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
         return x
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        return grad * 3
+        return grad * 0.5
 
 
 class _BackwardWritesInPlace(torch.autograd.Function):
@@ -123,16 +124,6 @@ def test_every_step_keeps_eagers_numerics(program: str) -> None:
 # ``custom_function_view``), also when it is viewed after (where torch 2.13's own path misses).
 
 
-class _Half(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        return grad * 0.5
-
-
 class _HalfOfARow(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
@@ -154,10 +145,10 @@ class _InputAndDouble(torch.autograd.Function):
 
 
 ALIASING_RESULTS: dict[str, Callable[..., Any]] = {
-    "returns_its_input": lambda x: _Half.apply(x),  # torch's test
+    "returns_its_input": lambda x: _ReturnsItsInput.apply(x),  # torch's test
     "returns_a_view_of_its_input": lambda x: _HalfOfARow.apply(x),
     "returns_its_input_and_more": lambda x: _InputAndDouble.apply(x),
-    "result_and_the_input": lambda x: (_Half.apply(x), x),
+    "result_and_the_input": lambda x: (_ReturnsItsInput.apply(x), x),
 }
 
 
@@ -193,7 +184,7 @@ def test_a_functions_result_aliasing_its_input_keeps_the_functions_backward(prog
 
 def test_the_issues_function_gets_half_the_gradient() -> None:
     x = torch.ones(2, 2, requires_grad=True)
-    passkit.aot_function(lambda t: _Half.apply(t), pipeline="training-python")(x).sum().backward()
+    passkit.aot_function(lambda t: _ReturnsItsInput.apply(t), pipeline="training-python")(x).sum().backward()
     assert x.grad.tolist() == [[0.5, 0.5], [0.5, 0.5]]
 
 
@@ -202,7 +193,7 @@ def test_a_view_of_a_functions_result_keeps_the_functions_backward(entry: str) -
     # torch 2.13's aot_eager gives x's gradient here (1.0 where eager's is 0.5): it makes the
     # view again from the input. passkit is held to eager's.
     def fn(x: torch.Tensor) -> torch.Tensor:
-        return _Half.apply(x).t()
+        return _ReturnsItsInput.apply(x).t()
 
     actual = _aliasing_step(_compiled_through(entry, fn, "training-python"))
     expected = _aliasing_step(fn)
