@@ -56,6 +56,16 @@ def _run_on_fresh_fakes(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[li
     return fresh, list(outs) if isinstance(outs, (tuple, list)) else [outs]
 
 
+def _recorded_geometry(out: torch.Tensor) -> tuple[tuple[int | None, ...], tuple[int | None, ...], int | None]:
+    """An aliasing output's size, stride and offset, each symbolic one (a graph Dynamo compiled
+    for any size) left ``None``: the runtime reads those off the computed view, and the program
+    holds no symbol of a fake mode (snapshots and reproducers copy it)."""
+    def known(value: Any) -> int | None:
+        return None if isinstance(value, torch.SymInt) else int(value)
+
+    return tuple(map(known, out.shape)), tuple(map(known, out.stride())), known(out.storage_offset())
+
+
 def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[OutputInfo], bool]:
     """Which outputs need grad, and which alias an input.
 
@@ -90,7 +100,7 @@ def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[
             elif base_output is not None:
                 info.alias_of_output = base_output
             if base is not None or base_output is not None:
-                info.view = (tuple(out.shape), tuple(out.stride()), int(out.storage_offset()))
+                info.view = _recorded_geometry(out)
                 info.multi_output_view = _torch.is_multi_output_view(out)
                 info.detached = base is not None and not out._is_view() and not out.requires_grad
         info.made_by_function = info.alias_of_input is not None and made_by_function(out, fresh)

@@ -146,15 +146,30 @@ def _grads_of_views(view_geometry: dict[int, tuple[Geometry, Geometry]], grad_ou
     return tuple(grads)
 
 
-def _views_of_inputs_made_here(outs: Sequence[Any], args: Sequence[Any], slots: Sequence[tuple[int, int, Geometry]]) -> list[Any]:
+def _geometry_now(view: Any, value: Any, base: torch.Tensor) -> Geometry | None:
+    """The geometry of a recorded view for this call. Recorded with symbolic sizes (a graph Dynamo
+    compiled for any size; capture leaves those ``None``) it is the compiled value's own where that
+    value is the view of ``base`` itself; ``None`` where it is not (a code generator's copy): then
+    no alias can be made."""
+    size, stride, offset = view
+    if all(isinstance(v, int) for v in (*size, *stride, offset)):
+        return view
+    if isinstance(value, torch.Tensor) and value.untyped_storage().data_ptr() == base.untyped_storage().data_ptr():
+        return tuple(value.size()), tuple(value.stride()), value.storage_offset()
+    return None
+
+
+def _views_of_inputs_made_here(outs: Sequence[Any], args: Sequence[Any], slots: Sequence[tuple[int, int, Any]]) -> list[Any]:
     """Each ``made_by_function`` output as a view of its input, made inside the Function: it shares
     the input's memory as in eager whatever the code generator returned (Inductor copies), and its
     gradient passes the compiled backward, which runs the user's Function's own."""
     outs = list(outs)
-    for k, index, (size, stride, offset) in slots:
+    for k, index, view in slots:
         value, base = outs[k], args[index]
         if isinstance(value, torch.Tensor) and isinstance(base, torch.Tensor) and value.dtype == base.dtype:
-            outs[k] = base.as_strided(size, stride, offset)
+            geometry = _geometry_now(view, value, base)
+            if geometry is not None:
+                outs[k] = base.as_strided(*geometry)
     return outs
 
 
@@ -272,7 +287,7 @@ class CompiledProgram:
         ] if "forward" in program.graphs else []
         # Outputs an autograd.Function made that share an input's memory (torch's
         # ``custom_function_view``): made inside the wrapper's Function, never from the input.
-        self.function_views: list[tuple[int, int, Geometry]] = [
+        self.function_views: list[tuple[int, int, Any]] = [
             (k, info.alias_of_input, info.view)  # type: ignore[misc]
             for k, info in zip(self.user_slots, sig.outputs)
             if info.made_by_function and info.alias_of_input is not None and info.view is not None
@@ -366,8 +381,9 @@ class CompiledProgram:
             # in-place changes to either behave as in eager (autograd rejects in-place changes
             # to several views returned by one autograd.Function).
             for k, j in self.views_of_outputs:
-                size, stride, offset = self.outputs[k].view  # type: ignore[misc]
-                outputs[k] = outputs[j].as_strided(size, stride, offset)
+                geometry = _geometry_now(self.outputs[k].view, visible[self.user_slots[k]], outputs[j])  # type: ignore[arg-type]
+                if geometry is not None:
+                    outputs[k] = outputs[j].as_strided(*geometry)
         return tuple(outputs)
 
     @staticmethod
@@ -394,7 +410,10 @@ class CompiledProgram:
             return base
         if info.detached or (base.requires_grad and not info.requires_grad):
             base = base.detach()  # ``a.detach()`` returned: shares a's memory, not its history
-        size, stride, offset = info.view  # type: ignore[misc]
+        geometry = _geometry_now(info.view, value, base)  # type: ignore[arg-type]
+        if geometry is None:
+            return value  # a copy where the recorded view has symbolic sizes: the computed value, unaliased
+        size, stride, offset = geometry
         if info.detached and (tuple(base.shape), base.stride(), base.storage_offset()) == (size, stride, offset):
             return base  # not a view, as eager's
         if isinstance(value, torch.Tensor) and value.dtype != base.dtype:

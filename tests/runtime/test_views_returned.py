@@ -158,3 +158,48 @@ def test_written_views_of_intermediates_still_backpropagate_as_in_eager() -> Non
         out.mul_(torch.arange(out.numel(), dtype=out.dtype).view(out.shape))
         (out * out).sum().backward()
     torch.testing.assert_close(compiled_x.grad, eager_x.grad)
+
+
+def _output_and_its_transpose(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = x * 2
+    return y, y.t()
+
+
+# Dynamo compiles a graph for any size at the second size it sees: the views' geometry, recorded at
+# capture, is then symbolic (an alias of an input or of another output made from it crashed:
+# "SymIntArrayRef expected to contain only concrete integers").
+RESIZED: dict[str, Callable[..., Any]] = {
+    "transpose_of_input": lambda x: (x.t(), x.sin()),
+    "expand_of_a_row_of_input": lambda x: x[:1].expand(3, -1),
+    "output_and_its_transpose": _output_and_its_transpose,
+    "expand_of_intermediate": lambda x: x.abs()[:1].expand(3, -1),
+}
+
+
+def _train_resized(fn: Callable[..., Any], rows: int) -> tuple[list[torch.Tensor], torch.Tensor, list[bool]]:
+    torch.manual_seed(rows)
+    x = torch.randn(rows, 2, requires_grad=True)
+    out = fn(x)
+    outs = [out] if isinstance(out, torch.Tensor) else list(out)
+    sum((o * torch.linspace(-1.0, 2.0, o.numel()).view(o.shape)).sum() for o in outs).backward()
+    assert x.grad is not None
+    return [o.detach() for o in outs], x.grad, [o._base is x for o in outs]
+
+
+# One case on the Inductor pipeline: it compiles for seconds a graph.
+RESIZED_CASES = [(program, "training-python") for program in RESIZED] + [("transpose_of_input", "training")]
+
+
+@pytest.mark.parametrize(("program", "pipeline"), RESIZED_CASES)
+def test_views_returned_train_as_eager_at_every_size(program: str, pipeline: str) -> None:
+    fn = RESIZED[program]
+    torch._dynamo.reset()
+    reference = torch.compile(fn, backend="aot_eager")
+    compiled = torch.compile(fn, backend=passkit.backend(pipeline))
+    for rows in (3, 5, 7):
+        expected = _train_resized(fn, rows)
+        torch.testing.assert_close(_train_resized(reference, rows)[:2], expected[:2])
+        actual = _train_resized(compiled, rows)
+        torch.testing.assert_close(actual[:2], expected[:2])
+        assert [o.stride() for o in actual[0]] == [o.stride() for o in expected[0]]
+        assert actual[2] == expected[2]
