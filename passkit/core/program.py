@@ -85,7 +85,8 @@ class OutputInfo:
     multi_output_view: bool = False  # made by ``unbind``/``split``: autograd forbids writing to it
     detached: bool = False  # shares an input's memory without being its view (``detach()``)
     # An autograd.Function's result (perhaps viewed after) that shares an input's memory: made
-    # inside the runtime's Function, so its gradient passes the Function's backward.
+    # inside the runtime's Function, so its gradient passes the Function's backward (made from the
+    # input outside it, it would skip that backward; torch's ``custom_function_view``).
     made_by_function: bool = False
 
 

@@ -16,6 +16,7 @@ from torch.fx import GraphModule
 from passkit import _torch
 from passkit.errors import PasskitError
 from passkit.core.program import Desc, GraphIO, InputInfo, OutputInfo, Program, Signature
+from passkit.runtime.output_views import recorded_geometry
 from passkit.runtime.subclasses import FlatGraph, flatten_subclasses, record_subclasses
 from passkit.autodiff.hidden_writes import find_hidden_writes
 from passkit.autodiff.traced_autograd import TapeObserver, calls_custom_function, made_by_function
@@ -56,25 +57,11 @@ def _run_on_fresh_fakes(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[li
     return fresh, list(outs) if isinstance(outs, (tuple, list)) else [outs]
 
 
-def _recorded_geometry(out: torch.Tensor) -> tuple[tuple[int | None, ...], tuple[int | None, ...], int | None]:
-    """An aliasing output's size, stride and offset, each symbolic one (a graph Dynamo compiled
-    for any size) left ``None``: the runtime reads those off the computed view, and the program
-    holds no symbol of a fake mode (snapshots and reproducers copy it)."""
-    def known(value: Any) -> int | None:
-        return None if isinstance(value, torch.SymInt) else int(value)
-
-    return tuple(map(known, out.shape)), tuple(map(known, out.stride())), known(out.storage_offset())
-
-
 def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[OutputInfo], bool]:
     """Which outputs need grad, and which alias an input.
 
     Dynamo already traced the graph on fake tensors and left the values on the nodes; other
-    graphs run once on fresh fake inputs (where a Function's results show as plain views:
-    ``_as_traced`` reads them off the tape). An output that shares an input's memory through an
-    ``autograd.Function`` (its forward returned the input) is ``made_by_function``: the runtime
-    makes it inside its own Function, never from the input outside it, which would route the
-    gradient around the Function's backward (torch's ``custom_function_view``).
+    graphs run once on fresh fake inputs (``_as_traced`` reads ``made_by_function`` off the tape).
     """
     traced = _traced_values(gm)
     fresh, outs = traced if traced is not None else _run_on_fresh_fakes(gm, real_inputs)
@@ -100,7 +87,7 @@ def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[
             elif base_output is not None:
                 info.alias_of_output = base_output
             if base is not None or base_output is not None:
-                info.view = _recorded_geometry(out)
+                info.view = recorded_geometry(out)
                 info.multi_output_view = _torch.is_multi_output_view(out)
                 info.detached = base is not None and not out._is_view() and not out.requires_grad
         info.made_by_function = info.alias_of_input is not None and made_by_function(out, fresh)
@@ -404,11 +391,10 @@ def _as_traced(program: Program, tape: TapeObserver, fn: Callable[..., Any], rea
     where the graph computes it from no input that needs grad, and ``torch.autograd.grad``
     inside the function clears it where the graph computes the gradient from such inputs.
     A custom ``autograd.Function`` it ran has ``joint`` differentiate the function itself."""
-    if tape.requires_grad is not None:
-        for info, requires_grad in zip(program.signature.outputs, tape.requires_grad):
+    if tape.requires_grad is not None and tape.made_by_function is not None:
+        for info, requires_grad, by_function in zip(program.signature.outputs, tape.requires_grad, tape.made_by_function):
             info.requires_grad = requires_grad
-    for info, by_function in zip(program.signature.outputs, tape.made_by_function or []):
-        info.made_by_function = by_function and info.alias_of_input is not None
+            info.made_by_function = by_function and info.alias_of_input is not None
     if program.training and tape.custom_function is not None:
         _differentiate_as_captured(program, fn, real_inputs, "a custom autograd.Function")
     return program
