@@ -80,9 +80,14 @@ class OutputInfo:
     alias_of_input: int | None = None
     is_input: bool = False
     alias_of_output: int | None = None
-    view: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
+    # size, stride, storage offset; a symbolic one (any size) is ``None``, read off the computed view
+    view: tuple[tuple[int | None, ...], tuple[int | None, ...], int | None] | None = None
     multi_output_view: bool = False  # made by ``unbind``/``split``: autograd forbids writing to it
     detached: bool = False  # shares an input's memory without being its view (``detach()``)
+    # An autograd.Function's result (perhaps viewed after) that shares an input's memory: made
+    # inside the runtime's Function, so its gradient passes the Function's backward (made from the
+    # input outside it, it would skip that backward; torch's ``custom_function_view``).
+    made_by_function: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ from torch.fx import GraphModule
 from passkit import _torch
 from passkit.errors import PasskitError
 from passkit.core.program import Desc, GraphIO, InputInfo, OutputInfo, Program, Signature
+from passkit.runtime.output_views import recorded_geometry
 from passkit.runtime.subclasses import FlatGraph, flatten_subclasses, record_subclasses
 from passkit.autodiff.hidden_writes import find_hidden_writes
-from passkit.autodiff.traced_autograd import TapeObserver, calls_custom_function
+from passkit.autodiff.traced_autograd import TapeObserver, calls_custom_function, made_by_function
 
 __all__ = ["LOST_VALUE_ERROR", "program_from_graph", "program_from_flat_graph", "program_from_function"]
 
@@ -60,7 +61,7 @@ def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[
     """Which outputs need grad, and which alias an input.
 
     Dynamo already traced the graph on fake tensors and left the values on the nodes; other
-    graphs run once on fresh fake inputs.
+    graphs run once on fresh fake inputs (``_as_traced`` reads ``made_by_function`` off the tape).
     """
     traced = _traced_values(gm)
     fresh, outs = traced if traced is not None else _run_on_fresh_fakes(gm, real_inputs)
@@ -86,9 +87,10 @@ def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[
             elif base_output is not None:
                 info.alias_of_output = base_output
             if base is not None or base_output is not None:
-                info.view = (tuple(out.shape), tuple(out.stride()), int(out.storage_offset()))
+                info.view = recorded_geometry(out)
                 info.multi_output_view = _torch.is_multi_output_view(out)
                 info.detached = base is not None and not out._is_view() and not out.requires_grad
+        info.made_by_function = info.alias_of_input is not None and made_by_function(out, fresh)
         infos.append(info)
     needs_grad = any(isinstance(x, torch.Tensor) and x.requires_grad for x in real_inputs)
     training = torch.is_grad_enabled() and needs_grad and any(o.requires_grad for o in infos)
@@ -331,7 +333,7 @@ def program_from_function(
     def flat_fn(*args: Any) -> tuple[Any, ...]:
         out = fn(*args)
         flat = tuple(out) if isinstance(out, (tuple, list)) else (out,)
-        tape.observe(flat)
+        tape.observe(flat, args)
         return flat
 
     # Pre-dispatch graphs keep no_grad blocks but cannot hold functorch transforms (vmap, grad,
@@ -389,9 +391,10 @@ def _as_traced(program: Program, tape: TapeObserver, fn: Callable[..., Any], rea
     where the graph computes it from no input that needs grad, and ``torch.autograd.grad``
     inside the function clears it where the graph computes the gradient from such inputs.
     A custom ``autograd.Function`` it ran has ``joint`` differentiate the function itself."""
-    if tape.requires_grad is not None:
-        for info, requires_grad in zip(program.signature.outputs, tape.requires_grad):
+    if tape.requires_grad is not None and tape.made_by_function is not None:
+        for info, requires_grad, by_function in zip(program.signature.outputs, tape.requires_grad, tape.made_by_function):
             info.requires_grad = requires_grad
+            info.made_by_function = by_function and info.alias_of_input is not None
     if program.training and tape.custom_function is not None:
         _differentiate_as_captured(program, fn, real_inputs, "a custom autograd.Function")
     return program

@@ -3,9 +3,11 @@
 Training programs run through a ``torch.autograd.Function`` whose forward calls the compiled
 ``forward`` graph and whose backward calls the compiled ``backward`` graph. Around it the wrapper
 writes input mutations back (BatchNorm running stats, ``x.add_()`` on an input, ``t_()``),
-regenerates outputs that alias inputs so that ``out._base is inp`` holds as in eager, makes
-outputs that view an intermediate outside the Function from its base (so in-place writes to
-them work as in eager), and restores grad mode. Every routing decision comes from the signature's descriptors.
+regenerates outputs that alias inputs so that ``out._base is inp`` holds as in eager (inside
+the Function where a user's ``autograd.Function`` made them, so their gradient passes its
+backward), makes outputs that view an intermediate outside the Function from its base (so
+in-place writes to them work as in eager; not a view that reads an element twice, whose gradient
+the base's cannot give), and restores grad mode. Every routing decision comes from the signature's descriptors.
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ from passkit.autodiff.subclasses import CAPTURED_SOURCE
 from passkit.runtime.entry_check import EntryCheck
 from passkit.errors import PasskitError
 from passkit.core.program import InputInfo, OutputInfo, Program
+from passkit.runtime.output_views import (
+    grads_of_views,
+    geometry_now,
+    view_in_dtype,
+    views_of_inputs_made_here,
+    with_intermediate_bases,
+)
 from passkit.runtime.shared_inputs import SharedStorageCheck
 
 __all__ = ["CompiledProgram", "DOUBLE_BACKWARD_ERROR"]
@@ -69,65 +78,12 @@ def _mark_non_differentiable(ctx: Any, visible: tuple[Any, ...], slots: Sequence
     return tuple(out)
 
 
-Geometry = tuple[tuple[int, ...], tuple[int, ...], int]
-
-
-def _with_intermediate_bases(ctx: Any, runtime: CompiledProgram, visible: tuple[Any, ...], args: Sequence[Any]) -> tuple[Any, ...]:
-    """Return the base of each output that views an intermediate, and the views' geometry last.
-
-    Autograd forbids in-place writes to a view made inside an ``autograd.Function``; eager's
-    ``(x + 1).view(-1)`` allows them. As AOT Autograd does ("intermediate base"), the Function
-    returns the base and the wrapper makes the view outside it. Bases shared by two outputs stay
-    as they were (autograd rejects a tensor returned twice), so that case still raises loudly.
-    """
-    if not runtime.view_slots:
-        return visible
-    ctx.view_geometry = {}
-    views = [
-        k for k in runtime.view_slots
-        # An output marked non-differentiable is marked on the view itself: returned as it is.
-        if k not in runtime.non_differentiable and isinstance(visible[k], torch.Tensor) and visible[k]._is_view()
-    ]
-    if not views:  # the common case, decided without building anything more
-        return (*visible, {})
-    inputs = {id(a) for a in args}
-    bases: dict[int, tuple[torch.Tensor, Geometry, Geometry]] = {}
-    for k in views:
-        value = visible[k]
-        if id(value._base) not in inputs:
-            base = value._base
-            geometry = (tuple(value.size()), tuple(value.stride()), value.storage_offset())
-            bases[k] = (base, geometry, (tuple(base.size()), tuple(base.stride()), base.storage_offset()))
-    shared = {id(b) for b, _, _ in bases.values() if sum(id(o[0]) == id(b) for o in bases.values()) > 1}
-    shared |= {id(v) for k, v in enumerate(visible) if k not in bases}
-    out = list(visible)
-    for k, (base, geometry, base_geometry) in bases.items():
-        value = visible[k]
-        same_kind = (base.dtype, base.is_conj(), base.is_neg()) == (value.dtype, value.is_conj(), value.is_neg())
-        if id(base) not in shared and same_kind:  # as_strided keeps no dtype view, conj or neg bit
-            out[k] = base
-            ctx.view_geometry[k] = (geometry, base_geometry)
-    return (*out, {k: g for k, (g, _) in ctx.view_geometry.items()})
-
-
-def _grads_of_views(view_geometry: dict[int, tuple[Geometry, Geometry]], grad_outputs: Sequence[Any]) -> tuple[Any, ...]:
-    """Turn the gradients of returned bases back into the gradients of the views they stand for."""
-    grads = list(grad_outputs)
-    for k, ((size, stride, offset), (base_size, base_stride, base_offset)) in view_geometry.items():
-        grad = grads[k]
-        if grad is None:
-            continue
-        if grad.stride() != base_stride or grad.storage_offset() != 0:
-            laid_out = torch.empty_strided(base_size, base_stride, dtype=grad.dtype, device=grad.device)
-            grad = laid_out.copy_(grad)
-        grads[k] = grad.as_strided(size, stride, offset - base_offset)
-    return tuple(grads)
-
-
 class _CompiledFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, runtime: CompiledProgram, *args: Any) -> tuple[Any, ...]:  # type: ignore[override]
         outs = runtime.forward_fn(*args)
+        if runtime.function_views:
+            outs = views_of_inputs_made_here(outs, args, runtime.function_views)
         n_visible = runtime.n_visible
         ctx.runtime = runtime
         if runtime.grad_layouts:  # a plain input's subclass gradient is built as large as the input
@@ -144,7 +100,7 @@ class _CompiledFunction(torch.autograd.Function):
             visible = tuple(outs[:n_visible])
             if runtime.non_differentiable:
                 visible = _mark_non_differentiable(ctx, visible, runtime.non_differentiable)
-            return _with_intermediate_bases(ctx, runtime, visible, args)
+            return with_intermediate_bases(ctx, runtime, visible, args)
         saved = list(outs[n_visible:])
         for k in runtime.saved_inputs_to_clone(saved, args):
             saved[k] = saved[k].clone()
@@ -156,7 +112,7 @@ class _CompiledFunction(torch.autograd.Function):
         visible = tuple(outs[:n_visible])
         if runtime.non_differentiable:
             visible = _mark_non_differentiable(ctx, visible, runtime.non_differentiable)
-        return _with_intermediate_bases(ctx, runtime, visible, args)
+        return with_intermediate_bases(ctx, runtime, visible, args)
 
     @staticmethod
     def backward(ctx: Any, *grad_outputs: Any) -> tuple[Any, ...]:  # type: ignore[override]
@@ -164,7 +120,7 @@ class _CompiledFunction(torch.autograd.Function):
             raise PasskitError(DOUBLE_BACKWARD_ERROR)
         runtime: CompiledProgram = ctx.runtime
         if runtime.view_slots:
-            grad_outputs = _grads_of_views(ctx.view_geometry, grad_outputs[:-1])
+            grad_outputs = grads_of_views(ctx.view_geometry, grad_outputs[:-1])
         if runtime.non_differentiable:
             grad_outputs = list(grad_outputs)
             for k, size, dtype, device in ctx.tangent_meta:
@@ -228,12 +184,19 @@ class CompiledProgram:
         self.views_of_outputs = [
             (k, info.alias_of_output) for k, info in enumerate(sig.outputs) if info.alias_of_output is not None
         ]
-        # User outputs that may view an intermediate (checked per call, see _with_intermediate_bases).
+        # User outputs that may view an intermediate (checked per call, see output_views.with_intermediate_bases).
         self.view_slots = [
             k
             for k, info in zip(self.user_slots, sig.outputs)
             if info.is_tensor and info.alias_of_input is None and info.alias_of_output is None
         ] if "forward" in program.graphs else []
+        # Outputs an autograd.Function made that share an input's memory (torch's
+        # ``custom_function_view``): made inside the wrapper's Function, never from the input.
+        self.function_views: list[tuple[int, int, Any]] = [
+            (k, info.alias_of_input, info.view)  # type: ignore[misc]
+            for k, info in zip(self.user_slots, sig.outputs)
+            if info.made_by_function and info.alias_of_input is not None and info.view is not None
+        ] if self.training else []
         if self.training:
             self.forward_fn: Callable[..., Any] = program.compiled["forward"]
             self.backward_fn: Callable[..., Any] = program.compiled["backward"]
@@ -323,8 +286,9 @@ class CompiledProgram:
             # in-place changes to either behave as in eager (autograd rejects in-place changes
             # to several views returned by one autograd.Function).
             for k, j in self.views_of_outputs:
-                size, stride, offset = self.outputs[k].view  # type: ignore[misc]
-                outputs[k] = outputs[j].as_strided(size, stride, offset)
+                geometry = geometry_now(self.outputs[k].view, visible[self.user_slots[k]], outputs[j])  # type: ignore[arg-type]
+                if geometry is not None:
+                    outputs[k] = outputs[j].as_strided(*geometry)
         return tuple(outputs)
 
     @staticmethod
@@ -344,18 +308,21 @@ class CompiledProgram:
 
     @staticmethod
     def _user_output(args: Sequence[Any], value: Any, info: OutputInfo) -> Any:
-        if info.alias_of_input is None:
+        if info.alias_of_input is None or info.made_by_function:
             return value
         base = args[info.alias_of_input]
         if info.is_input:
             return base
         if info.detached or (base.requires_grad and not info.requires_grad):
             base = base.detach()  # ``a.detach()`` returned: shares a's memory, not its history
-        size, stride, offset = info.view  # type: ignore[misc]
+        geometry = geometry_now(info.view, value, base)  # type: ignore[arg-type]
+        if geometry is None:
+            return value  # a copy where the recorded view has symbolic sizes: the computed value, unaliased
+        size, stride, offset = geometry
         if info.detached and (tuple(base.shape), base.stride(), base.storage_offset()) == (size, stride, offset):
             return base  # not a view, as eager's
         if isinstance(value, torch.Tensor) and value.dtype != base.dtype:
-            alias = _view_in_dtype(base, value, size, stride, offset)
+            alias = view_in_dtype(base, value, size, stride, offset)
         else:
             alias = base.as_strided(size, stride, offset)
         if info.multi_output_view:
@@ -364,13 +331,3 @@ class CompiledProgram:
         if info.requires_grad and not alias.requires_grad:
             alias.requires_grad_(True)  # ``a.view(-1).requires_grad_()`` on an input that needs no grad
         return alias
-
-
-def _view_in_dtype(base: torch.Tensor, value: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:
-    """An alias of ``base`` in another dtype (``view_as_complex``/``view_as_real``), differentiably."""
-    if value.is_complex() and base.dtype == value.real.dtype:
-        real = base.as_strided((*size, 2), (*(2 * s for s in stride), 1), 2 * offset)
-        return torch.view_as_complex(real)
-    if base.is_complex() and value.dtype == base.real.dtype:
-        return torch.view_as_real(base).as_strided(size, stride, offset)
-    return value  # a reinterpreting view autograd cannot follow: the computed value, unaliased
