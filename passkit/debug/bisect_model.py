@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from passkit.core.program import Program
     from passkit.core.registry import Registry
 
-__all__ = ["Captured", "capture_model", "bisect_model"]
+__all__ = ["Captured", "capture_model", "capture_module", "bisect_model"]
 
 
 @dataclass
@@ -41,15 +41,29 @@ class Captured:
 
 def capture_model(spec: str, pipeline: Pipeline) -> list[Captured]:
     """Every graph Dynamo captures from one call of the model, in order."""
-    from passkit.frontends.capture import program_from_graph
-    from passkit.verify.evaluate import Reference
-
     from passkit.frontends.check import build_model
 
     module, inputs = build_model(spec)
+    captured = capture_module(module, inputs, pipeline)
+    if not captured:
+        raise PasskitError(f"--model {spec}: Dynamo captured no graph to bisect")
+    return captured
+
+
+def capture_module(
+    module: torch.nn.Module, inputs: tuple[Any, ...], pipeline: Pipeline, *, training: bool | None = None,
+    dynamic: bool = False,
+) -> list[Captured]:
+    """Every graph Dynamo captures from one call of ``module`` on ``inputs`` (one exported
+    program for an export pipeline). ``training`` defaults to: the pipeline can train and the
+    module has parameters that require grad; ``dynamic`` compiles with symbolic sizes."""
+    from passkit.frontends.capture import program_from_graph
+    from passkit.verify.evaluate import Reference
+
     if pipeline.kind == "export":
         return [_capture_exported(module, inputs)]
-    training = pipeline.can_train and any(p.requires_grad for p in module.parameters())
+    if training is None:
+        training = pipeline.can_train and any(p.requires_grad for p in module.parameters())
     captured: list[Captured] = []
 
     def record(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
@@ -58,11 +72,9 @@ def capture_model(spec: str, pipeline: Pipeline) -> list[Captured]:
         captured.append(Captured(label, snapshot_program(program), Reference(program, list(example_inputs))))
         return gm.forward
 
-    compiled = torch.compile(module, backend=record, dynamic=False)
+    compiled = torch.compile(module, backend=record, dynamic=dynamic)
     with torch.set_grad_enabled(training):
         compiled(*inputs)
-    if not captured:
-        raise PasskitError(f"--model {spec}: Dynamo captured no graph to bisect")
     return captured
 
 
