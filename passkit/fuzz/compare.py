@@ -124,9 +124,11 @@ def compile_with(pipeline: Any) -> Compiler:
 
     def compiled(program: FuzzProgram, model: torch.nn.Module, inputs: tuple[Any, ...]) -> Callable[..., Any]:
         if program.mode == "export":
-            exported = passkit.export(model, _fresh_inputs(inputs), pipeline=pipeline, dynamic_shapes=_dims(program, inputs))
+            exported = passkit.export(model, _fresh_inputs(inputs), pipeline=pipeline, dynamic_shapes=_dims(program, inputs),
+                                      repro_dir="")
             return exported.module()
-        return passkit.compile(model, pipeline=pipeline, dynamic=program.dynamic, cache="off", on_error="raise")
+        # No reproducer per failing program: a difference gets one, from its reduced program.
+        return passkit.compile(model, pipeline=pipeline, dynamic=program.dynamic, cache="off", on_error="raise", repro_dir="")
 
     return compiled
 

@@ -7,7 +7,8 @@ how many the pipeline compiled and ran (``compiled``), how many were skipped bec
 path fails or differs on them too (``skipped``), and the differences, each reduced to a minimal
 program (``passkit.fuzz.reduce``) with its first bad step and reproducer.
 
-Differences of one kind whose first messages differ only in numbers are one finding: only the
+Differences of one kind whose first messages differ only in numbers (and the reproducer folder
+the failing run wrote) are one finding: only the
 first is reduced (and at most ``max_cases`` findings), the rest are counted with it.
 """
 
@@ -110,7 +111,7 @@ def fuzz(
         if verdict.bad:
             summary.differences += 1
             summary.kinds[verdict.kind] += 1
-            key = (verdict.kind, _NUMBERS.sub("N", verdict.message))
+            key = (verdict.kind, _NUMBERS.sub("N", verdict.message.split(" (reproducer: ")[0]))
             say(f"program {summary.generated}: difference ({verdict.kind}): {verdict.message}")
             if key not in seen and reduce and len(summary.cases) < max_cases:
                 seen.add(key)
