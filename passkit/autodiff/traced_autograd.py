@@ -24,7 +24,7 @@ from torch.fx import GraphModule
 
 from passkit import _torch
 
-__all__ = ["TapeObserver", "calls_custom_function"]
+__all__ = ["TapeObserver", "calls_custom_function", "made_by_function"]
 
 # passkit's and torch's own Functions (checkpoint, generated ones): their backward is the
 # derivative of their forward, so differentiating the forward is exact.
@@ -47,15 +47,36 @@ def _custom_function(outputs: Sequence[Any]) -> str | None:
     return None
 
 
+def made_by_function(value: Any, inputs: Sequence[Any]) -> bool:
+    """Whether ``value`` came out of an ``autograd.Function`` (Python or C++), possibly viewed
+    after: its gradient then passes the Function's backward even where it shares an input's
+    memory (the Function returned its input), so the runtime must not make it again from the
+    input (torch's ``custom_function_view``, which torch decides for the Function's own result
+    only: ``Foo.apply(x).t()`` gets ``x``'s gradient there, not eager's).
+
+    The walk follows each node's first input, the way a view or an in-place write goes back to
+    the tensor it aliases, and stops at the inputs' own history.
+    """
+    node = value.grad_fn if isinstance(value, torch.Tensor) else None
+    stops = {x.grad_fn for x in inputs if isinstance(x, torch.Tensor) and x.grad_fn is not None}
+    while node is not None and node not in stops:
+        if isinstance(node, torch.autograd.function.BackwardCFunction) or type(node).__name__ == "CppFunction":
+            return True
+        node = node.next_functions[0][0] if node.next_functions else None
+    return False
+
+
 class TapeObserver:
     """Look at a traced function's outputs while they still carry their autograd history."""
 
     def __init__(self) -> None:
         self.requires_grad: list[bool] | None = None
         self.custom_function: str | None = None  # the first user Function the outputs depend on
+        self.made_by_function: list[bool] | None = None  # per output: an autograd.Function's result
 
-    def observe(self, outputs: Sequence[Any]) -> None:
+    def observe(self, outputs: Sequence[Any], inputs: Sequence[Any] = ()) -> None:
         self.requires_grad = [isinstance(o, torch.Tensor) and o.requires_grad for o in outputs]
+        self.made_by_function = [made_by_function(o, inputs) for o in outputs]
         if torch.is_grad_enabled() and self.custom_function is None:
             self.custom_function = _custom_function(outputs)
 

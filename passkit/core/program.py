@@ -83,6 +83,9 @@ class OutputInfo:
     view: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
     multi_output_view: bool = False  # made by ``unbind``/``split``: autograd forbids writing to it
     detached: bool = False  # shares an input's memory without being its view (``detach()``)
+    # An autograd.Function's result (perhaps viewed after) that shares an input's memory: made
+    # inside the runtime's Function, so its gradient passes the Function's backward.
+    made_by_function: bool = False
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from passkit.errors import PasskitError
 from passkit.core.program import Desc, GraphIO, InputInfo, OutputInfo, Program, Signature
 from passkit.runtime.subclasses import FlatGraph, flatten_subclasses, record_subclasses
 from passkit.autodiff.hidden_writes import find_hidden_writes
-from passkit.autodiff.traced_autograd import TapeObserver, calls_custom_function
+from passkit.autodiff.traced_autograd import TapeObserver, calls_custom_function, made_by_function
 
 __all__ = ["LOST_VALUE_ERROR", "program_from_graph", "program_from_flat_graph", "program_from_function"]
 
@@ -60,7 +60,11 @@ def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[
     """Which outputs need grad, and which alias an input.
 
     Dynamo already traced the graph on fake tensors and left the values on the nodes; other
-    graphs run once on fresh fake inputs.
+    graphs run once on fresh fake inputs (where a Function's results show as plain views:
+    ``_as_traced`` reads them off the tape). An output that shares an input's memory through an
+    ``autograd.Function`` (its forward returned the input) is ``made_by_function``: the runtime
+    makes it inside its own Function, never from the input outside it, which would route the
+    gradient around the Function's backward (torch's ``custom_function_view``).
     """
     traced = _traced_values(gm)
     fresh, outs = traced if traced is not None else _run_on_fresh_fakes(gm, real_inputs)
@@ -89,6 +93,7 @@ def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[
                 info.view = (tuple(out.shape), tuple(out.stride()), int(out.storage_offset()))
                 info.multi_output_view = _torch.is_multi_output_view(out)
                 info.detached = base is not None and not out._is_view() and not out.requires_grad
+        info.made_by_function = info.alias_of_input is not None and made_by_function(out, fresh)
         infos.append(info)
     needs_grad = any(isinstance(x, torch.Tensor) and x.requires_grad for x in real_inputs)
     training = torch.is_grad_enabled() and needs_grad and any(o.requires_grad for o in infos)
@@ -331,7 +336,7 @@ def program_from_function(
     def flat_fn(*args: Any) -> tuple[Any, ...]:
         out = fn(*args)
         flat = tuple(out) if isinstance(out, (tuple, list)) else (out,)
-        tape.observe(flat)
+        tape.observe(flat, args)
         return flat
 
     # Pre-dispatch graphs keep no_grad blocks but cannot hold functorch transforms (vmap, grad,
@@ -392,6 +397,8 @@ def _as_traced(program: Program, tape: TapeObserver, fn: Callable[..., Any], rea
     if tape.requires_grad is not None:
         for info, requires_grad in zip(program.signature.outputs, tape.requires_grad):
             info.requires_grad = requires_grad
+    for info, by_function in zip(program.signature.outputs, tape.made_by_function or []):
+        info.made_by_function = by_function and info.alias_of_input is not None
     if program.training and tape.custom_function is not None:
         _differentiate_as_captured(program, fn, real_inputs, "a custom autograd.Function")
     return program

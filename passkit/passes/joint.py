@@ -22,9 +22,18 @@ from passkit.core.pass_api import graph_pass
 from passkit.passes.decompose import out_of_place_table
 from passkit.passes.partition_min_cut import MinCutOptions, body_partition
 from passkit.core.program import Desc, GraphIO, Program
+from passkit.errors import PasskitError
 from passkit.autodiff.subclasses import CAPTURED_SOURCE, SubclassJoint
 
-__all__ = ["joint"]
+__all__ = ["BACKWARD_MUTATES_INPUT_METADATA", "BACKWARD_MUTATES_TANGENT_METADATA", "joint"]
+
+# torch's AOT Autograd refuses these in the same words (``graph_capture_wrappers.py``).
+BACKWARD_MUTATES_INPUT_METADATA = (
+    "Found a graph input that had its metadata mutated in the backward. This is not supported"
+)
+BACKWARD_MUTATES_TANGENT_METADATA = (
+    "Found an input to the backward that had metadata mutated during the backward pass. This is not supported"
+)
 
 
 def _tag_forward_and_backward(gm: GraphModule, n_forward_outputs: int) -> None:
@@ -47,6 +56,22 @@ def _lowering_table(program: Program) -> Any:
     step's own, shared: never changed here)."""
     target = program.target_opset
     return target.table if target is not None else None
+
+
+def _refuse(program: Program, mutations: list[Any]) -> None:
+    """Refuse a joint whose trace wrote to its inputs: the metadata of a primal the forward leaves
+    alone (a custom backward's ``b.transpose_``) or of a tangent in torch's words, naming the input."""
+    io = program.io("main")
+    inputs = program.signature.inputs
+    for mutation in mutations:
+        if not mutation.metadata:
+            continue
+        if mutation.index >= len(io.inputs):
+            raise PasskitError(f"{BACKWARD_MUTATES_TANGENT_METADATA} (the gradient of output {mutation.index - len(io.inputs)})")
+        desc = io.inputs[mutation.index]
+        if not inputs[desc.index].mutates_metadata:
+            raise PasskitError(f"{BACKWARD_MUTATES_INPUT_METADATA} (input {desc.index}, {inputs[desc.index].name})")
+    raise RuntimeError(f"joint trace mutated its inputs: {mutations}")
 
 
 @graph_pass("joint", requires={"functional"}, produces={"joint"}, training_only=True)
@@ -79,11 +104,11 @@ def joint(program: Program, *, bodies: Literal["min_cut", "torch_min_cut"] = "mi
         gm, mutations = _torch.functional_trace(
             joint_fn, args, pre_dispatch=False, decompositions=None if table is None else dict(table), arg_names=names
         )
-        if any(m.index < len(io.inputs) for m in mutations):
-            raise RuntimeError(f"joint trace mutated its inputs: {mutations}")
+        if any(m.metadata or m.index < len(io.inputs) for m in mutations):
+            _refuse(program, mutations)
         if mutations:
-            # Only tangents were written: a custom backward that writes into the gradient it is
-            # given (``return g.mul_(2)``). The graph goes on with the written value; the
+            # Only tangents' data were written: a custom backward that writes into the gradient
+            # it is given (``return g.mul_(2)``). The graph goes on with the written value; the
             # gradient buffer is autograd's, read by nothing afterwards, so no write-back.
             output = next(node for node in gm.graph.nodes if node.op == "output")
             output.args = (tuple(output.args[0][len(mutations):]),)

@@ -3,9 +3,11 @@
 Training programs run through a ``torch.autograd.Function`` whose forward calls the compiled
 ``forward`` graph and whose backward calls the compiled ``backward`` graph. Around it the wrapper
 writes input mutations back (BatchNorm running stats, ``x.add_()`` on an input, ``t_()``),
-regenerates outputs that alias inputs so that ``out._base is inp`` holds as in eager, makes
-outputs that view an intermediate outside the Function from its base (so in-place writes to
-them work as in eager), and restores grad mode. Every routing decision comes from the signature's descriptors.
+regenerates outputs that alias inputs so that ``out._base is inp`` holds as in eager (inside
+the Function where a user's ``autograd.Function`` made them, so their gradient passes its
+backward), makes outputs that view an intermediate outside the Function from its base (so
+in-place writes to them work as in eager; not a view that reads an element twice, whose gradient
+the base's cannot give), and restores grad mode. Every routing decision comes from the signature's descriptors.
 """
 
 from __future__ import annotations
@@ -72,6 +74,22 @@ def _mark_non_differentiable(ctx: Any, visible: tuple[Any, ...], slots: Sequence
 Geometry = tuple[tuple[int, ...], tuple[int, ...], int]
 
 
+def _reads_an_element_twice(size: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether a view of this geometry may read one element of its base at two positions
+    (``expand``, ``unfold`` with overlapping windows); ``False`` only where it surely reads none twice.
+
+    Such a view's gradient cannot be recovered from its base's: the base's gradient sums the view's
+    positions over each element they share, and gathering it back gives every position the sum.
+    """
+    dims = sorted((st, sz) for sz, st in zip(size, stride) if sz > 1)
+    reach = 0  # the largest offset the smaller-stride dimensions reach
+    for st, sz in dims:
+        if st <= reach:
+            return True
+        reach += st * (sz - 1)
+    return False
+
+
 def _with_intermediate_bases(ctx: Any, runtime: CompiledProgram, visible: tuple[Any, ...], args: Sequence[Any]) -> tuple[Any, ...]:
     """Return the base of each output that views an intermediate, and the views' geometry last.
 
@@ -79,6 +97,9 @@ def _with_intermediate_bases(ctx: Any, runtime: CompiledProgram, visible: tuple[
     ``(x + 1).view(-1)`` allows them. As AOT Autograd does ("intermediate base"), the Function
     returns the base and the wrapper makes the view outside it. Bases shared by two outputs stay
     as they were (autograd rejects a tensor returned twice), so that case still raises loudly.
+    A view that reads an element twice (``x.abs().expand(3, 4)``) stays as it was too: its
+    gradient is not the base's gathered back (``_reads_an_element_twice``), and eager refuses
+    in-place writes to it anyway.
     """
     if not runtime.view_slots:
         return visible
@@ -104,7 +125,8 @@ def _with_intermediate_bases(ctx: Any, runtime: CompiledProgram, visible: tuple[
     for k, (base, geometry, base_geometry) in bases.items():
         value = visible[k]
         same_kind = (base.dtype, base.is_conj(), base.is_neg()) == (value.dtype, value.is_conj(), value.is_neg())
-        if id(base) not in shared and same_kind:  # as_strided keeps no dtype view, conj or neg bit
+        # as_strided keeps no dtype view, conj or neg bit
+        if id(base) not in shared and same_kind and not _reads_an_element_twice(geometry[0], geometry[1]):
             out[k] = base
             ctx.view_geometry[k] = (geometry, base_geometry)
     return (*out, {k: g for k, (g, _) in ctx.view_geometry.items()})
@@ -124,10 +146,24 @@ def _grads_of_views(view_geometry: dict[int, tuple[Geometry, Geometry]], grad_ou
     return tuple(grads)
 
 
+def _views_of_inputs_made_here(outs: Sequence[Any], args: Sequence[Any], slots: Sequence[tuple[int, int, Geometry]]) -> list[Any]:
+    """Each ``made_by_function`` output as a view of its input, made inside the Function: it shares
+    the input's memory as in eager whatever the code generator returned (Inductor copies), and its
+    gradient passes the compiled backward, which runs the user's Function's own."""
+    outs = list(outs)
+    for k, index, (size, stride, offset) in slots:
+        value, base = outs[k], args[index]
+        if isinstance(value, torch.Tensor) and isinstance(base, torch.Tensor) and value.dtype == base.dtype:
+            outs[k] = base.as_strided(size, stride, offset)
+    return outs
+
+
 class _CompiledFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, runtime: CompiledProgram, *args: Any) -> tuple[Any, ...]:  # type: ignore[override]
         outs = runtime.forward_fn(*args)
+        if runtime.function_views:
+            outs = _views_of_inputs_made_here(outs, args, runtime.function_views)
         n_visible = runtime.n_visible
         ctx.runtime = runtime
         if runtime.grad_layouts:  # a plain input's subclass gradient is built as large as the input
@@ -234,6 +270,13 @@ class CompiledProgram:
             for k, info in zip(self.user_slots, sig.outputs)
             if info.is_tensor and info.alias_of_input is None and info.alias_of_output is None
         ] if "forward" in program.graphs else []
+        # Outputs an autograd.Function made that share an input's memory (torch's
+        # ``custom_function_view``): made inside the wrapper's Function, never from the input.
+        self.function_views: list[tuple[int, int, Geometry]] = [
+            (k, info.alias_of_input, info.view)  # type: ignore[misc]
+            for k, info in zip(self.user_slots, sig.outputs)
+            if info.made_by_function and info.alias_of_input is not None and info.view is not None
+        ] if self.training else []
         if self.training:
             self.forward_fn: Callable[..., Any] = program.compiled["forward"]
             self.backward_fn: Callable[..., Any] = program.compiled["backward"]
@@ -347,7 +390,7 @@ class CompiledProgram:
 
     @staticmethod
     def _user_output(args: Sequence[Any], value: Any, info: OutputInfo) -> Any:
-        if info.alias_of_input is None:
+        if info.alias_of_input is None or info.made_by_function:
             return value
         base = args[info.alias_of_input]
         if info.is_input:
