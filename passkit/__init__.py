@@ -18,12 +18,13 @@ from passkit.core.facts import Fact
 from passkit.core.hookspecs import Application, StepContext, hookimpl
 from passkit.core.pass_api import Pass, graph_pass
 from passkit.core.program import Program
-from passkit.errors import PassError, PasskitError, PipelineError, PluginError, VerificationError
+from passkit.errors import CaptureError, PassError, PasskitError, PipelineError, PluginError, VerificationError
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Application",
+    "CaptureError",
     "Fact",
     "Pass",
     "PassError",

@@ -18,12 +18,25 @@ __all__ = [
     "NUMERICS_MARKER",
     "exit_code_for",
     "exit_code_for_kind",
+    "DEBUG_ENV",
+    "debug_enabled",
     "PasskitError",
+    "CaptureError",
     "PipelineError",
     "PluginError",
     "PassError",
     "VerificationError",
 ]
+
+DEBUG_ENV = "PASSKIT_DEBUG"
+
+
+def debug_enabled() -> bool:
+    """Whether ``PASSKIT_DEBUG`` asks for tracebacks and torch's full errors instead of one line."""
+    import os
+
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+
 
 # The exit status of every outcome (README's table); ``passkit.cli.run.exit_code_for`` maps errors.
 EXIT_OK = 0  # the results agree with eager's (or the file is valid, every step is good, ...)
@@ -38,6 +51,13 @@ EXIT_INTERNAL = 5
 
 class PasskitError(Exception):
     """Base of every error passkit raises on purpose."""
+
+
+class CaptureError(PasskitError):
+    """The user's model could not be captured: it raised, or ``torch.export`` refused it (a
+    branch on a tensor's value, a dimension marked dynamic that the model fixes). The message
+    names the model's line and torch's reason; torch's own error is the exception's
+    ``__context__`` (its ``__cause__`` too with ``PASSKIT_DEBUG=1``, so the traceback prints it)."""
 
 
 class PipelineError(PasskitError):

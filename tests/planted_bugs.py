@@ -104,3 +104,22 @@ class Chain(nn.Module):
 def chain() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     torch.manual_seed(0)
     return Chain(), (torch.randn(4, 8),)
+
+
+class Dropped(nn.Module):
+    """``Linear → Dropout(0.3) → Linear`` with a residual add (for ``planted.scale_add``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.drop = nn.Dropout(0.3)
+        self.fc2 = nn.Linear(16, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.drop(self.fc1(x))) + x
+
+
+def dropout() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """A model with dropout, in train mode: every check must draw eager's mask."""
+    torch.manual_seed(0)
+    return Dropped().train(), (torch.randn(4, 8),)

@@ -4,7 +4,9 @@ AOTInductor package), and compare what was written with eager.
 The model comes from ``--model mod:factory`` (``factory() -> (module, example_inputs)``), used as
 the factory returns it (call ``.eval()`` there for inference). The written program is loaded back
 (``torch.export.load``, or ``aoti_load_package`` with ``--package``) and run on the example
-inputs; its outputs are compared with eager's with the pipeline's tolerance. Exit codes are
+inputs; its outputs are compared with eager's within the tolerance ``passkit run`` holds results
+to (``passkit.verify.compare.tolerance_for``: the settings loosened to what the steps that ran
+declare). Exit codes are
 ``passkit run``'s: 0 ok, 1 the outputs differ, 2 bad input, 4 a step failed.
 """
 
@@ -32,7 +34,7 @@ __all__ = ["command", "dynamic_shapes_for"]
               help="Where to write the ExportedProgram (torch.export.save), or the package with --package.")
 @click.option("--package", "as_package", is_flag=True, help="Write an AOTInductor package (passkit.package) instead.")
 @click.option("--dynamic", "dynamic", metavar="DIM", multiple=True,
-              help="Export dimension DIM of every tensor input as dynamic (one size for all); repeatable.")
+              help="Export dimension DIM of every tensor input as dynamic (one size for all; negative counts from the end); repeatable.")
 @click.option("--dump", "dump_dir", metavar="DIR", default=None, help="Write each step's graph code into DIR.")
 @click.option("--report", metavar="FILE", default=None, help="Write an HTML report of the run to FILE.")
 @click.option("--json", "json_out", metavar="[OUT]", is_flag=False, flag_value="-", default=None,
@@ -51,14 +53,14 @@ def command(ctx: click.Context, file: str, model: str, out: str, as_package: boo
     from passkit.frontends.check import build_model
     from passkit.frontends.export import export, resolve_export_pipeline
     from passkit._torch import pytree
-    from passkit.verify.compare import compare_values
+    from passkit.verify.compare import compare_values, tolerance_for
 
     register_plugins(plugins)
     settings = {key: value for key, value in (("dump", "all" if dump_dir else None), ("dump_dir", dump_dir),
                                               ("report", report)) if value is not None}
     pipeline = resolve_export_pipeline(file, settings)
-    module, inputs = build_model(model)
-    args, kwargs = _arguments(inputs)
+    example = build_model(model)
+    module, args, kwargs = example.module, example.args, example.kwargs
     dynamic_shapes = dynamic_shapes_for(module, args, kwargs, dynamic)
     json_on_stdout = json_out == "-"
     click.echo(f"passkit export: exporting {model} with {pipeline.name} ({len(pipeline.steps)} steps) ...", err=True)
@@ -85,8 +87,10 @@ def command(ctx: click.Context, file: str, model: str, out: str, as_package: boo
     with torch.no_grad():
         expected = module(*args, **kwargs)
         got = run(*args, **kwargs)
-    diff = compare_values(pytree.tree_leaves(expected), pytree.tree_leaves(got), "output",
-                          (pipeline.settings.rtol, pipeline.settings.atol))
+    # The one tolerance rule, as run's: on a cache hit the stored records say which steps ran.
+    ran = {record.position for record in exported.passkit_report.records if record.status == "ran"}
+    tolerance = tolerance_for(pipeline.settings, (step for step in pipeline.steps if step.position in ran))
+    diff = compare_values(pytree.tree_leaves(expected), pytree.tree_leaves(got), "output", tolerance)
     line = _verdict(diff, pipeline.name, model, written, as_package)
     (terminal.note if json_on_stdout else terminal.out)(line)
     if json_out is not None:
@@ -99,18 +103,11 @@ def command(ctx: click.Context, file: str, model: str, out: str, as_package: boo
         ctx.exit(EXIT_MISMATCH)
 
 
-def _arguments(inputs: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """A factory's example inputs as export's ``args`` and ``kwargs``: a lone dict is keyword
-    arguments (a Hugging Face model's ``input_ids=...``)."""
-    if len(inputs) == 1 and isinstance(inputs[0], dict):
-        return (), dict(inputs[0])
-    return tuple(inputs), {}
-
-
 def dynamic_shapes_for(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], dims: tuple[str, ...]) -> Any:
     """``torch.export``'s ``dynamic_shapes`` marking dimensions ``dims`` of every tensor input
     dynamic, one symbol per dimension shared by all inputs (a batch size), keyed by the names of
-    ``module.forward``'s parameters; None for none."""
+    ``module.forward``'s parameters; None for none. A negative dimension counts from the end of
+    each input; one that an input does not have is bad input, naming the input and its rank."""
     import inspect
 
     import torch
@@ -121,15 +118,20 @@ def dynamic_shapes_for(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any
         indices = sorted({int(dim) for dim in dims})
     except ValueError:
         raise PasskitError(f"--dynamic takes a dimension number, not {next(d for d in dims if not d.lstrip('-').isdigit())!r}") from None
-    symbols = {d: torch.export.Dim(f"dim{d}") for d in indices}
+    symbols = {d: torch.export.Dim(f"dim{d}" if d >= 0 else f"dim_from_end{-d}") for d in indices}
 
-    def spec(value: Any) -> Any:
+    def spec(name: str, value: Any) -> Any:
         if not isinstance(value, torch.Tensor):
             return None
-        return {d: symbols[d] for d in indices if -value.dim() <= d < value.dim()} or None
+        rank = value.dim()
+        for d in indices:
+            if not -rank <= d < rank:
+                have = f"dimensions 0 to {rank - 1} (or -{rank} to -1)" if rank else "no dimensions"
+                raise PasskitError(f"--dynamic {d}: input '{name}' has rank {rank}, so {have}")
+        return {d % rank: symbols[d] for d in indices}
 
     bound = inspect.signature(module.forward).bind(*args, **kwargs)
-    return {name: spec(value) for name, value in bound.arguments.items()}
+    return {name: spec(name, value) for name, value in bound.arguments.items()}
 
 
 def _verdict(diff: Any, pipeline: str, model: str, written: str, as_package: bool) -> str:

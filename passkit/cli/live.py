@@ -9,15 +9,22 @@ On a terminal a ``rich`` live status line shows what is running, its elapsed tim
 ``passkit.core.progress``); each finished row prints above it. Piped output gets the finished rows,
 and on stderr a plain line per progress event (Dynamo tracing a frame, a graph compiling or
 recompiling, a step started or still running after a second), with no control codes. Several
-graphs (graph breaks) each get a title, a header and a summary line.
+graphs (graph breaks) each get a title, a header and a summary line. A graph loaded from the
+compile cache gets ``Report.table()``'s table instead: its title says ``cache hit: no step ran``
+and its rows show no step time.
 
-On a terminal where stderr is the same terminal, whatever is written to stderr while the status
-line shows (a warning, a log line) goes through the same console, above the status line, as a
-whole line between two rows: it never lands inside a row or under the moving status line.
+Each graph's table stays whole. Python warnings and log records (torch's, Dynamo's) that arrive
+while a table is open are held back and printed after its summary line
+(``passkit.core.held_output``). Piped, the rows are also held until the summary (or until the
+run stops), so the progress lines on stderr come before the table, never inside it. On a
+terminal where stderr is the same terminal, whatever else is written to stderr while the status
+line shows goes through the same console, above the status line, as a whole line between two
+rows: it never lands inside a row or under the moving status line.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import TYPE_CHECKING, Any, TextIO
@@ -27,6 +34,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from passkit.core.held_output import HeldOutput
 from passkit.core.report import TABLE_HEADERS, format_row, summary_line
 
 if TYPE_CHECKING:
@@ -79,11 +87,17 @@ class LiveTable:
         self.widths: list[int] = [len(h) for h in TABLE_HEADERS]
         self.graphs = 0
         self.open = False
+        self.held: HeldOutput | None = None  # warnings and logs, from ``begin`` to ``close``
+        self.pending: list[str] = []  # piped: the open table's lines, printed at its summary
+        self.header: list[str] = []  # the open table's header, until its first row
+        self.hit = False  # the open table is a compile-cache hit's
 
     def begin(self, pipeline: Any) -> None:
         """Learn the plan (``pipeline.name`` and each step's ``id`` and ``pass_name``) and print
         the first table's header, before anything is compiled (capture takes seconds)."""
         self.name = pipeline.name
+        if self.held is None:
+            self.held = HeldOutput()
         if self.model:
             click.echo(f"passkit run: compiling {self.model} with {pipeline.name} ({len(pipeline.steps)} steps) ...", err=True)
         self.steps = [(step.id, step.pass_name) for step in pipeline.steps]
@@ -100,6 +114,7 @@ class LiveTable:
         with self._lock:
             if not self.open:
                 self._start_graph()
+            self._print_header()
             cells = list(format_row(record))
             cells[0] = self._number(record.position)
             self._echo(self._line(cells))
@@ -127,24 +142,55 @@ class LiveTable:
                     self.running.started = time.perf_counter() - event.seconds
                     self.running.detail = event.detail
 
+    def loaded_from_cache(self, report: Report) -> None:
+        """A compile-cache hit: no step ran, so the graph's table is ``Report.table()``'s, which
+        says so in its title and shows no step times (``finished`` then only closes it)."""
+        with self._lock:
+            if not self.open:
+                self._start_graph()
+            self.header, self.hit = [], True
+            shown = dataclasses.replace(report, graph=f"graph {self.graphs}", verdict=None)
+            for line in shown.table().splitlines():
+                self._echo(line)
+            self._stop_live()
+
     def finished(self, report: Report) -> None:
         """Close the current graph's table with its summary line (called once per graph)."""
         with self._lock:
-            self._echo(summary_line(report))
+            if not self.hit:
+                self._print_header()
+                self._echo(summary_line(report))
             self._echo("")
-            self.open = False
+            self._end_graph()
             self._stop_live()
+
+    def _end_graph(self) -> None:
+        """The table is whole: print it if it was held (piped), then what was held meanwhile."""
+        self.open, self.hit, self.header = False, False, []  # a header with no row under it: no table
+        pending, self.pending = self.pending, []
+        for line in pending:
+            self._echo(line)
+        if self.held is not None:
+            self.held.holding = False
+            self.held.release()
 
     def _start_graph(self, running: str = "") -> None:
         self.graphs += 1
         self.open = True
-        self._echo(f"pipeline {self.name} (graph {self.graphs})" if self.name else f"graph {self.graphs}")
-        self._echo(self._line(list(TABLE_HEADERS)))
-        self._echo(self._line(["-" * w for w in self.widths]))
+        if self.held is not None:
+            self.held.holding = True
+        # Printed with the first row: a compile-cache hit prints Report.table()'s instead.
+        self.header = [f"pipeline {self.name} (graph {self.graphs})" if self.name else f"graph {self.graphs}",
+                       self._line(list(TABLE_HEADERS)), self._line(["-" * w for w in self.widths])]
         if running:
             self._show_status(running)
         elif self.steps:
             self._show_running(0)
+
+    def _print_header(self) -> None:
+        header, self.header = self.header, []
+        for line in header:
+            self._echo(line)
 
     def _number(self, position: int) -> str:
         return f"[{position + 1}/{len(self.steps) or '?'}]"
@@ -175,6 +221,10 @@ class LiveTable:
         """Take the status line down (a run that failed or fell back never finishes its graph)."""
         with self._lock:
             self._stop_live()
+            self._end_graph()
+            if self.held is not None:
+                self.held.close()
+                self.held = None
 
     def _stop_live(self) -> None:
         if self.live is not None:
@@ -182,7 +232,9 @@ class LiveTable:
             self.live, self.running = None, None
 
     def _echo(self, text: str) -> None:
-        if self.console is not None:
+        if self.open and self.console is None:
+            self.pending.append(text)
+        elif self.console is not None:
             self.console.print(text, markup=False, highlight=False, soft_wrap=True, emoji=False)
         else:
             click.echo(text, err=self.err)

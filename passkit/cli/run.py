@@ -27,7 +27,7 @@ __all__ = ["command", "verdict", "exit_code_for", "EXIT_OK", "EXIT_MISMATCH", "E
 @click.command("run")
 @click.argument("file", required=False, metavar="FILE")
 @click.option("--model", metavar="MODULE:FACTORY", default=None,
-              help="Factory returning (module, example_inputs); default: the bundled transformer block.")
+              help="Factory returning (module, example_inputs): positional arguments, a tensor, or a dict of keyword arguments; default: the bundled transformer block.")
 @click.option("--dump", "dump_dir", metavar="DIR", default=None, help="Write each step's graph code into DIR.")
 @click.option("--json", "json_out", metavar="[OUT]", is_flag=False, flag_value="-", default=None,
               help="Print the result as JSON on stdout (the table and verdict go to stderr); "

@@ -7,7 +7,6 @@ errors, where JSON goes, table layout) live in one place.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import click
 
 # Tables and values are rendered where ``Pipeline.explain()`` renders its plan too (below the CLI).
 from passkit.pipeline.explain import format_value, text_table as table
+from passkit.errors import DEBUG_ENV, debug_enabled
 
 __all__ = [
     "DEBUG_ENV",
@@ -29,12 +29,6 @@ __all__ = [
     "format_value",
 ]
 
-DEBUG_ENV = "PASSKIT_DEBUG"
-
-
-def debug_enabled() -> bool:
-    """Whether ``PASSKIT_DEBUG`` asks for tracebacks instead of one-line errors."""
-    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def out(text: str = "") -> None:

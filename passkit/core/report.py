@@ -126,7 +126,9 @@ class Report:
     records: list[StepRecord]
     seconds: float = 0.0
     graph: str = ""
-    cache: str = ""  # "hit" when the compiled program was loaded from the compile cache
+    # The compile cache's answer: "hit" (loaded, no step ran), "miss" (looked up and not found:
+    # the steps ran), "" (not looked up: cache off, verify or dump on, or a pipeline it refuses).
+    cache: str = ""
     verdict: Verdict | None = None  # the comparison with eager, when the run was compared
     load_seconds: float = 0.0  # a hit: the time this process took to load it (no step ran)
     # Why the program skipped the compile cache, when a step's pass cannot be fingerprinted (a

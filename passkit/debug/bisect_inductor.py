@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from passkit import _torch
-from passkit.verify.compare import compare_values, tolerance_for
+from passkit.verify.compare import compare_values, same_random_draws, tolerance_for
 from passkit.debug.bisect import shortest_bad_prefix
 from passkit.debug.trial import Outcome, StepFilter
 from passkit.debug.bisect_patterns import bisect_applications
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import pluggy
 
     from passkit.core.hookspecs import Application, StepContext
+    from passkit.frontends.check import ModelExample
     from passkit.pipeline import Pipeline, Step
     from passkit.core.registry import Registry
 
@@ -63,15 +64,16 @@ class _CountingFilter(StepFilter):
         return None
 
 
-def _step(model: torch.nn.Module, inputs: tuple[Any, ...], training: bool) -> list[Any]:
+def _step(model: torch.nn.Module, example: ModelExample, training: bool) -> list[Any]:
     from passkit.frontends.check import _loss
 
-    with torch.set_grad_enabled(training):
-        out = model(*inputs)
+    with torch.set_grad_enabled(training), same_random_draws():
+        out = example(model)
+        if training:
+            _loss(out).backward()
     leaves = list(_torch.pytree.tree_leaves(out))
     if not training:
         return leaves
-    _loss(out).backward()
     return leaves + [p.grad for p in model.parameters() if p.requires_grad]
 
 
@@ -98,9 +100,10 @@ def bisect_mounted(
     from passkit.pipeline.slots import slot_steps
 
     say = progress or (lambda text: None)
-    module, inputs = build_model(spec)
+    example = build_model(spec)
+    module = example.module
     training = torch.is_grad_enabled() and any(p.requires_grad for p in module.parameters())
-    expected = _step(copy.deepcopy(module), inputs, training)
+    expected = _step(copy.deepcopy(module), example, training)
     steps = sorted(step.position for group in slot_steps(pipeline).values() for step in group)
     result = MountedBisection(steps=steps)
     quiet = pipeline.with_settings(dump="off", repro_dir="", report="")
@@ -114,7 +117,7 @@ def bisect_mounted(
             model = copy.deepcopy(module)
             with _torch.inductor_caches_off():
                 compiled = torch.compile(model, options=MountedFile(quiet, pm, registry).options())
-                actual = _step(compiled, inputs, training)
+                actual = _step(compiled, example, training)
             tolerance = tolerance_for(pipeline.settings, [pipeline.steps[p] for p in steps[:count]])
             comparison = compare_values(expected, actual, "outputs and grads", tolerance)
             first = comparison.mismatches[0] if comparison.mismatches else None

@@ -1,6 +1,6 @@
 """Own bisecting a model: capture it through Dynamo as ``passkit run`` does, then bisect each graph.
 
-The model comes from a factory (``module:factory`` returning ``(module, example_inputs)``). For
+The model comes from a factory (``module:factory``, ``passkit.frontends.check.ModelExample``'s contract). For
 an export pipeline (``kind = "export"``) it is captured with ``torch.export``, as
 ``passkit.export`` captures it: one program. Otherwise it runs once through ``torch.compile`` with a backend that only records each graph Dynamo captures
 (as a ``Program``) and what the captured graph computes on the real inputs (a ``Reference``),
@@ -43,25 +43,25 @@ def capture_model(spec: str, pipeline: Pipeline) -> list[Captured]:
     """Every graph Dynamo captures from one call of the model, in order."""
     from passkit.frontends.check import build_model
 
-    module, inputs = build_model(spec)
-    captured = capture_module(module, inputs, pipeline)
+    example = build_model(spec)
+    captured = capture_module(example.module, example.args, pipeline, kwargs=example.kwargs)
     if not captured:
         raise PasskitError(f"--model {spec}: Dynamo captured no graph to bisect")
     return captured
 
 
 def capture_module(
-    module: torch.nn.Module, inputs: tuple[Any, ...], pipeline: Pipeline, *, training: bool | None = None,
-    dynamic: bool = False,
+    module: torch.nn.Module, args: Sequence[Any], pipeline: Pipeline, *, kwargs: dict[str, Any] | None = None,
+    training: bool | None = None, dynamic: bool = False,
 ) -> list[Captured]:
-    """Every graph Dynamo captures from one call of ``module`` on ``inputs`` (one exported
-    program for an export pipeline). ``training`` defaults to: the pipeline can train and the
-    module has parameters that require grad; ``dynamic`` compiles with symbolic sizes."""
+    """Every graph Dynamo captures from one call of ``module`` on ``args`` and ``kwargs`` (one
+    exported program for an export pipeline). ``training`` defaults to: the pipeline can train
+    and the module has parameters that require grad; ``dynamic`` compiles with symbolic sizes."""
     from passkit.frontends.capture import program_from_graph
     from passkit.verify.evaluate import Reference
 
     if pipeline.kind == "export":
-        return [_capture_exported(module, inputs)]
+        return [_capture_exported(module, tuple(args), dict(kwargs or {}))]
     if training is None:
         training = pipeline.can_train and any(p.requires_grad for p in module.parameters())
     captured: list[Captured] = []
@@ -74,17 +74,18 @@ def capture_module(
 
     compiled = torch.compile(module, backend=record, dynamic=dynamic)
     with torch.set_grad_enabled(training):
-        compiled(*inputs)
+        compiled(*args, **(kwargs or {}))
     return captured
 
 
-def _capture_exported(module: torch.nn.Module, inputs: tuple[Any, ...]) -> Captured:
+def _capture_exported(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Captured:
     """The program ``passkit.export`` would run an export pipeline over: ``torch.export``'s."""
     from passkit.frontends.export import program_from_exported
     from passkit.verify.evaluate import Reference
 
-    args, kwargs = ((), dict(inputs[0])) if len(inputs) == 1 and isinstance(inputs[0], dict) else (inputs, {})
-    program, real_inputs = program_from_exported(torch.export.export(module, args, kwargs))
+    from passkit.frontends.export_capture import capture
+
+    program, real_inputs = program_from_exported(capture(module, args, kwargs))
     with torch.no_grad():
         reference = Reference(program, real_inputs)
     return Captured("exported program, inference", snapshot_program(program), reference)

@@ -4,7 +4,8 @@ The step is a training step (forward, a loss, backward) when the pipeline can tr
 model has parameters that require grad; otherwise it is an inference step under ``no_grad``.
 Outputs, gradients and buffers are compared with an eager copy of the same model, within the
 pipeline's ``rtol``/``atol`` loosened by the tolerance declared by the steps that ran on any
-graph (``compare.tolerance_for``, the rule ``verify`` and ``bisect`` use). A compile that fell back to eager (``on_error = "eager"``) is
+graph (``compare.tolerance_for``, the rule ``verify`` and ``bisect`` use); eager's step and the
+compiled step each draw random numbers from the one seed (``compare.same_random_draws``). A compile that fell back to eager (``on_error = "eager"``) is
 recorded in ``fallbacks`` rather than warned about: the caller reports it.
 
 The result carries the run's ``Verdict`` (``passkit.core.report``): ok or mismatch (or fell back), the
@@ -27,11 +28,11 @@ from typing import Any, Callable
 import torch
 
 from passkit._torch import pytree
-from passkit.verify.compare import compare_values, tolerance_for
+from passkit.verify.compare import compare_values, same_random_draws, tolerance_for
 from passkit.errors import EXIT_FELL_BACK, EXIT_MISMATCH, EXIT_OK, PasskitError, exit_code_for
 from passkit.core.report import Report, StepRecord, ValueDiff, Verdict
 
-__all__ = ["CheckResult", "run_check", "load_factory", "build_model", "DEFAULT_MODEL"]
+__all__ = ["CheckResult", "ModelExample", "run_check", "load_factory", "build_model", "DEFAULT_MODEL"]
 
 DEFAULT_MODEL = "passkit.examples.transformer:block"
 
@@ -89,8 +90,35 @@ def load_factory(spec: str) -> Callable[[], Any]:
     return factory
 
 
-def build_model(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
-    """Call the ``--model`` factory; it must return ``(module, example_inputs)``. The factory is
+@dataclass(frozen=True)
+class ModelExample:
+    """What a ``--model`` factory made: the module and the example call's arguments.
+
+    The one factory contract of ``passkit run``, ``bisect`` and ``export``: the factory returns
+    ``(module, example_inputs)``, where ``example_inputs`` is a tuple or list of positional
+    arguments, a lone tensor, or a lone dict of keyword arguments (a Hugging Face model's
+    ``{"input_ids": ...}``), alone or as the tuple's only item.
+    """
+
+    module: torch.nn.Module
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+    def fresh(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The arguments again, each tensor cloned, so one call cannot change another's inputs."""
+        def clone(value: Any) -> Any:
+            return value.clone() if isinstance(value, torch.Tensor) else value
+
+        return tuple(clone(a) for a in self.args), {k: clone(v) for k, v in self.kwargs.items()}
+
+    def __call__(self, module: Any = None) -> Any:
+        """``module`` (default: the factory's) called on fresh arguments."""
+        args, kwargs = self.fresh()
+        return (self.module if module is None else module)(*args, **kwargs)
+
+
+def build_model(spec: str) -> ModelExample:
+    """Call the ``--model`` factory (``ModelExample`` says what it must return). The factory is
     the user's code: an exception from it is bad input (one line naming it), not passkit's bug."""
     factory = load_factory(spec)
     try:
@@ -100,7 +128,12 @@ def build_model(spec: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
     if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module)):
         raise PasskitError(f"--model {spec}: the factory must return (module, example_inputs)")
     module, inputs = made
-    return module, tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    if isinstance(inputs, dict):
+        return ModelExample(module, (), dict(inputs))
+    inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    if len(inputs) == 1 and isinstance(inputs[0], dict):
+        return ModelExample(module, (), dict(inputs[0]))
+    return ModelExample(module, inputs, {})
 
 
 def _one_line(exc: BaseException) -> str:
@@ -138,7 +171,8 @@ def run_check(
     spec = model or DEFAULT_MODEL
     resolved = load_pipeline(pipeline).with_settings(rtol=rtol, atol=atol)
     # The model first: a bad --model is one line on its own, not under the table's header.
-    eager_model, inputs = build_model(spec)
+    example = build_model(spec)
+    eager_model = example.module
     begin = getattr(progress, "begin", None)
     if callable(begin):
         begin(resolved)
@@ -147,20 +181,21 @@ def run_check(
     compiled_model = copy.deepcopy(eager_model)
     training = resolved.can_train and any(p.requires_grad for p in eager_model.parameters())
     compiled = passkit.compile(compiled_model, pipeline=resolved, progress=progress)
-    eager_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-    compiled_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    # Eager and the compiled step each draw from the one seed (dropout gets the same mask on both).
     with torch.set_grad_enabled(training), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="passkit: compiling failed", category=RuntimeWarning)
-        expected = eager_model(*eager_inputs)
-        try:
-            actual = compiled(*compiled_inputs)
+        with same_random_draws():
+            expected = example(eager_model)
             if training:
-                _loss(actual).backward()
+                _loss(expected).backward()
+        try:
+            with same_random_draws():
+                actual = example(compiled)
+                if training:
+                    _loss(actual).backward()
         except PasskitError as exc:
             _write_html_verdict(resolved, Verdict("step failed", exit_code_for(exc), detail=str(exc).splitlines()[0]))
             raise
-        if training:
-            _loss(expected).backward()
     mismatches: list[str] = []
     values: list[ValueDiff] = []
     reports = list(compiled.passkit_reports)

@@ -176,6 +176,8 @@ def run_steps(
     else:
         reference = Reference(program, real_inputs) if pipeline.settings.verify == "numerics" else None
         report = run_pipeline(pipeline, program, pm=pm, registry=get_registry(), reference=reference, progress=progress)
+        if cache is not None and cache.readable:
+            report.cache = "miss"  # looked up, not found: the steps ran
         if refusal:
             log.info("passkit: not caching: %s", refusal)
             report.uncached = refusal

@@ -22,6 +22,7 @@ from passkit.core.program import Desc, GraphIO, InputInfo, OutputInfo, Program, 
 from passkit.core.report import Report
 from passkit.errors import PasskitError
 from passkit.frontends.compiling import Progress, load_pipeline, run_steps
+from passkit.frontends.export_capture import capture
 from passkit.frontends.package import stamp_export_record
 from passkit.frontends.export_signature import ExportState, exported_from_program, spec_kinds
 from passkit.pipeline.exports import refuse_for_export
@@ -60,12 +61,14 @@ def export(
 
     Raises:
         PipelineError: the pipeline is not one an exported program can come out of.
+        CaptureError: the model raised, or ``torch.export`` could not capture it (one line; torch's
+            error is its ``__context__``).
         PassError: a step failed.
     """
     resolved = resolve_export_pipeline(pipeline, settings)
     if not isinstance(model, torch.nn.Module):
         raise PasskitError(f"passkit.export: expected an nn.Module, got {type(model).__name__}")
-    captured = torch.export.export(model, tuple(args), kwargs, dynamic_shapes=dynamic_shapes)
+    captured = capture(model, tuple(args), kwargs, dynamic_shapes)
     exported, report, program = export_program(captured, resolved, progress=progress)
     exported.passkit_report = report  # type: ignore[attr-defined]
     stamp_export_record(exported, {

@@ -31,12 +31,18 @@ def refuse_for_export(pipeline: Pipeline) -> None:
         if not step.enabled:
             continue
         for fact, what in EXPORT_FORBIDDEN.items():
-            if fact in step.pass_.produces:
+            if fact not in step.pass_.produces:
+                continue
+            head = f"{pipeline.where(step)}: {step.pass_.name!r} {what}, which an exported program cannot hold"
+            if pipeline.kind == "export":  # already an export plan: the step is what is wrong
                 raise PipelineError(
-                    f"{pipeline.where(step)}: {step.pass_.name!r} {what}, which an exported program "
-                    "cannot hold; passkit.export runs a pipeline with kind = \"export\" "
-                    "(no joint, partition or codegen step), such as 'export'"
+                    f"{head}; an export pipeline (kind = \"export\") has no joint, partition or codegen step: "
+                    "remove this one, or export with passkit.export and train with passkit.compile"
                 )
+            raise PipelineError(
+                f"{head}; passkit.export runs a pipeline with kind = \"export\" "
+                "(no joint, partition or codegen step), such as 'export'"
+            )
 
 
 def check_export(pipeline: Pipeline, registry: Registry) -> Pipeline:

@@ -239,10 +239,12 @@ def _apply_steps(draft: Draft, steps: list[dict[str, Any]], file: str, registry:
             raise _fail(f"{where}: unknown pass {pass_name!r}{_unknown_pass_hint(pass_name, registry)}")
         label = f"{where} ({pass_name})"
         header, options = _split_header(StepHeader, STEP_KEYS, raw, label)
-        model = validate_options(entry.pass_, options, label, STEP_KEYS, registry)
         step_id = header.id if header.id is not None else pass_name
         if not step_id or not set(step_id) <= _ID_CHARS:
             raise _fail(f"{label}.id: use letters, digits, '.', '_' and '-' only")
+        # From here on the step is named as its location names it: by its id, then its pass.
+        label = f"{where} ({pass_name})" if step_id == pass_name else f"{where} ({step_id}: {pass_name})"
+        model = validate_options(entry.pass_, options, label, STEP_KEYS, registry)
         _check_unique(draft, step_id, label, pass_name)
         step = DraftStep(
             id=step_id,

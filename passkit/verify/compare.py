@@ -14,18 +14,23 @@ no more precision than its dtype carries (``dtype_tolerance``): torch.testing's 
 bfloat16 and float16, and half precision's for float32 computed on a GPU where TF32 matmuls or
 convolutions are allowed. Whatever is looser wins. A value agrees when
 ``|actual - expected| <= atol + rtol * |expected|`` everywhere (``torch.allclose``).
+
+Random ops follow one rule beside it (``same_random_draws``): each side of a comparison (eager
+and the compiled program, the capture and a later stage) runs from the seed ``VERIFY_SEED``, so
+dropout draws the same mask on both, and the caller's generators are restored afterwards.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 import torch
 
 __all__ = [
-    "RTOL", "ATOL", "DEFAULT_TOLERANCE", "Comparison", "Mismatch", "Tolerance", "compare_values", "dtype_tolerance",
-    "loosest", "tolerance_for",
+    "RTOL", "ATOL", "DEFAULT_TOLERANCE", "VERIFY_SEED", "Comparison", "Mismatch", "Tolerance", "compare_values",
+    "dtype_tolerance", "initialised_cuda", "loosest", "same_random_draws", "tolerance_for",
 ]
 
 RTOL = 1e-4
@@ -175,3 +180,26 @@ def tolerance_for(settings: Any, steps: Iterable[Any] = ()) -> Tolerance:
         declare = getattr(pass_, "declared_tolerance", None)
         declared.append(declare(getattr(step, "options", None)) if declare is not None else None)
     return Tolerance(*loosest([base, *declared]))
+
+
+VERIFY_SEED = 0
+
+
+@contextlib.contextmanager
+def same_random_draws(seed: int = VERIFY_SEED) -> Iterator[None]:
+    """The one rule for random ops: inside, the CPU generator and every initialised CUDA
+    generator start from ``seed``, so each side of a comparison that runs inside its own block
+    draws the same numbers (a dropout mask); all of them are restored on the way out, so a check
+    never changes what the user's program draws next. ``torch.manual_seed`` would also queue a
+    reseed of CUDA generators not yet initialised, changing the user's GPU draws for good."""
+    cuda = initialised_cuda()
+    with torch.random.fork_rng(devices=cuda):
+        torch.random.default_generator.manual_seed(seed)
+        for index in cuda:
+            torch.cuda.default_generators[index].manual_seed(seed)
+        yield
+
+
+def initialised_cuda() -> list[int]:
+    """The CUDA devices whose generators exist; forking others would initialise CUDA."""
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []

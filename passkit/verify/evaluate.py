@@ -8,15 +8,14 @@ program and asks it after every step whether the current graphs still agree.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 
 from passkit._torch import concrete, dynamo_input_names, higher_order_ops_on_real_tensors, subgraph_grads_by_running
 from passkit.autodiff.plain import JointPlan, make_joint_fn
-from passkit.verify.compare import DEFAULT_TOLERANCE, compare_values
+from passkit.verify.compare import DEFAULT_TOLERANCE, compare_values, initialised_cuda, same_random_draws
 from passkit.autodiff.subclasses import CAPTURED_SOURCE, SubclassJoint
 from passkit.core.program import Program
 
@@ -65,29 +64,11 @@ def _user_cotangents(program: Program, outputs: Sequence[Any]) -> list[Any]:
 def observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
     """Run the program's current graphs (whatever stage they are at) on copies of the inputs.
 
-    Random ops draw from a fixed seed, so every stage draws the same numbers; the caller's RNG
-    state is restored afterwards, so verification never changes what the user's program draws.
+    Random ops follow ``passkit.verify.compare.same_random_draws``: every stage draws the same
+    numbers, and the caller's RNG state is restored afterwards.
     """
-    with fixed_seed(0), higher_order_ops_on_real_tensors(program.graphs.values()):
+    with same_random_draws(), higher_order_ops_on_real_tensors(program.graphs.values()):
         return _observe(program, real_inputs)
-
-
-@contextlib.contextmanager
-def fixed_seed(seed: int) -> Iterator[None]:
-    """Inside, the CPU generator and every initialised CUDA generator start from ``seed``; all of
-    them are restored on the way out. ``torch.manual_seed`` would also queue a reseed of CUDA
-    generators not yet initialised, changing the user's GPU draws for good."""
-    cuda = _initialised_cuda()
-    with torch.random.fork_rng(devices=cuda):
-        torch.random.default_generator.manual_seed(seed)
-        for index in cuda:
-            torch.cuda.default_generators[index].manual_seed(seed)
-        yield
-
-
-def _initialised_cuda() -> list[int]:
-    """The CUDA devices whose generators exist; forking others would initialise CUDA."""
-    return list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
 
 
 def _observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
@@ -111,7 +92,7 @@ def _observe(program: Program, real_inputs: Sequence[Any]) -> Observation:
     plan = JointPlan(program)
     # The probe only learns output shapes; it must not consume the random numbers that the joint
     # run draws, or a model with dropout would differ from the capture at this stage alone.
-    with torch.no_grad(), torch.random.fork_rng(devices=_initialised_cuda()):
+    with torch.no_grad(), torch.random.fork_rng(devices=initialised_cuda()):
         probe = graphs["main"](*[c.detach() if isinstance(c, torch.Tensor) else c for c in clones])
     tangents = _tangents_for(program, io.outputs, plan.diff_outputs, probe)
     results = make_joint_fn(plan)(*clones, *tangents)
@@ -128,7 +109,7 @@ def _observe_subclass_main(program: Program, clones: list[Any], source: Any) -> 
     io = program.io("main")
     plan = SubclassJoint(program, source)
     primals = [c.detach() if isinstance(c, torch.Tensor) else c for c in clones]
-    with torch.no_grad(), torch.random.fork_rng(devices=_initialised_cuda()):
+    with torch.no_grad(), torch.random.fork_rng(devices=initialised_cuda()):
         outs = list(program.graphs["main"](*primals))
     tangents = _tangents_for(program, io.outputs, plan.diff_outputs, outs)
     results = plan(*primals, *tangents)

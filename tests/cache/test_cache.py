@@ -48,7 +48,7 @@ def _entries(cache: Path) -> list[Path]:
 def test_a_second_process_loads_the_compiled_program_and_computes_the_same(tmp_path: Path) -> None:
     cold = _run_child(tmp_path)
     warm = _run_child(tmp_path)
-    assert (cold["cache"], warm["cache"]) == ("", "hit")
+    assert (cold["cache"], warm["cache"]) == ("miss", "hit")
     steps = len(passkit.load_pipeline("training-python").steps)
     assert cold["passes_run"] == steps and warm["passes_run"] == 0  # the hit ran no pass at all
     assert (warm["out"], warm["grads"]) == (cold["out"], cold["grads"])
@@ -71,12 +71,12 @@ def test_a_process_running_edited_passkit_sources_compiles_again(tmp_path: Path)
 
     cold, warm = run(), run()
     assert cold["passkit"] == str(site / "passkit" / "__init__.py")
-    assert (cold["cache"], warm["cache"]) == ("", "hit")
+    assert (cold["cache"], warm["cache"]) == ("miss", "hit")
     runtime = site / "passkit" / "runtime" / "wrapper.py"
     runtime.write_text(runtime.read_text() + "\n# a local edit\n")
     edited = run()
     steps = len(passkit.load_pipeline("training-python").steps)
-    assert (edited["cache"], edited["passes_run"]) == ("", steps)
+    assert (edited["cache"], edited["passes_run"]) == ("miss", steps)
     assert (edited["out"], edited["grads"]) == (cold["out"], cold["grads"])
     assert len(_entries(cache)) == 2
 
@@ -99,7 +99,7 @@ def test_a_second_process_loads_inductor_code_without_running_any_stage_or_induc
     monkeypatch.setenv("CHILD_PIPELINE", "training")
     cold = compile_and_report()  # in this process: one interpreter start less
     warm = _run_child(tmp_path, pipeline="training")
-    assert (cold["cache"], warm["cache"]) == ("", "hit")
+    assert (cold["cache"], warm["cache"]) == ("miss", "hit")
     steps = len(passkit.load_pipeline("training").steps)
     assert cold["passes_run"] == steps and warm["passes_run"] == 0
     # Inductor's inner compile ran for the forward and the backward, and found both in its own
@@ -186,7 +186,7 @@ def test_a_writer_killed_mid_write_leaves_no_entry_and_the_next_compile_works(tm
     assert cache_info(tmp_path).incomplete == 1  # the temporary file, never renamed into place
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     cold = compile_and_report()
-    assert cold["cache"] == "" and cold["passes_run"] > 0 and len(_entries(tmp_path)) == 1
+    assert cold["cache"] == "miss" and cold["passes_run"] > 0 and len(_entries(tmp_path)) == 1
     assert compile_and_report()["cache"] == "hit"
 
 
@@ -221,7 +221,7 @@ def test_a_damaged_entry_is_deleted_with_one_warning_and_recompiled(damage, why,
     assert len(warnings) == 1
     assert warnings[0].startswith(f"passkit: cache entry {entry.name} is corrupt ({why}")
     assert warnings[0].endswith("); deleted it, compiling again")
-    assert second.passkit_reports[0].cache == ""
+    assert second.passkit_reports[0].cache == "miss"
     torch.testing.assert_close((out2, grad2), (out, grad), rtol=0, atol=0)
     assert _compile_and_run()[0].passkit_reports[0].cache == "hit"  # rewritten whole
 
@@ -322,13 +322,13 @@ def test_a_program_compiled_outside_an_ambient_setting_is_not_loaded_inside_it(a
     assert [o.dtype for o in out] == [o.dtype for o in expected] == list(dtypes)
     # ``w.sum()`` is a float32 sum in both; Inductor adds in another order than ATen.
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
-    assert [r.cache for r in (*plain.passkit_reports, *inside.passkit_reports)] == ["", ""]
+    assert [r.cache for r in (*plain.passkit_reports, *inside.passkit_reports)] == ["miss", "miss"]
 
 
 def test_an_in_process_hit_matches_exactly_and_is_marked_in_the_report() -> None:
     first, out, grad = _compile_and_run()
     second, out2, grad2 = _compile_and_run()
-    assert (first.passkit_reports[0].cache, second.passkit_reports[0].cache) == ("", "hit")
+    assert (first.passkit_reports[0].cache, second.passkit_reports[0].cache) == ("miss", "hit")
     torch.testing.assert_close((out2, grad2), (out, grad), rtol=0, atol=0)
     table = second.passkit_reports[0].table()
     assert table.splitlines()[0] == "pipeline training-python (graph 1, training, cache hit: no step ran)"
@@ -370,7 +370,7 @@ def test_a_loaded_backward_still_copies_the_activations_it_overwrites_when_the_g
 
     first, grads = step()
     second, reloaded = step()
-    assert (first.passkit_reports[0].cache, second.passkit_reports[0].cache) == ("", "hit")
+    assert (first.passkit_reports[0].cache, second.passkit_reports[0].cache) == ("miss", "hit")
     assert first.passkit_reports[0].records[-1].stats["donated_saved"] >= 1
     torch.testing.assert_close(reloaded, grads, rtol=0, atol=0)
 
@@ -462,5 +462,5 @@ def test_compiled_code_that_calls_a_closure_is_not_stored(register_passkit_plugi
         with torch.no_grad():
             x = torch.randn(3)
             torch.testing.assert_close(compiled(x), x.sin() * 2)
-        assert compiled.passkit_reports[0].cache == ""
+        assert compiled.passkit_reports[0].cache == "miss"  # looked up; what it compiled cannot be stored
     assert _entries(folder) == []

@@ -35,7 +35,7 @@ def _run_child(tmp_path: Path) -> dict:
 def test_a_program_with_a_symbolic_batch_loads_in_a_fresh_process_and_reports_its_load_time(tmp_path: Path) -> None:
     cold = _run_child(tmp_path)
     warm = _run_child(tmp_path)
-    assert cold["cache"] == ["", ""]  # batch 2, then one symbolic graph for batches 3 and 4
+    assert cold["cache"] == ["miss", "miss"]  # batch 2, then one symbolic graph for batches 3 and 4
     assert warm["cache"] == ["hit", "hit"]
     assert warm["passes_run"] == 0
     assert warm["inductor"]["miss"] == 0 and warm["inductor"]["hit"] == 4  # two forwards, two backwards

@@ -57,7 +57,7 @@ def test_a_program_loaded_from_the_cache_computes_what_the_compiled_one_did(grou
             problems.append(f"{key}: compiling process: {first['compiled'].get('error', 'ok')}; "
                             f"loading process: {second['compiled'].get('error', 'ok')}")
             continue
-        assert first["cache"] and set(first["cache"]) == {""}, key
+        assert first["cache"] and set(first["cache"]) == ({"miss"} if pipeline in READS_THE_CACHE else {""}), key
         if program == "dynamic batch":  # batch 2 static, then one symbolic graph for batches 3 and 4
             assert len(first["cache"]) == len(second["cache"]) == 2, key
         assert set(second["cache"]) == ({"hit"} if pipeline in READS_THE_CACHE else {""}), key

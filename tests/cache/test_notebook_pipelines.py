@@ -74,7 +74,7 @@ def test_a_notebook_pass_compiles_hits_the_cache_and_recompiles_when_edited(tmp_
     notebook.write_text(NOTEBOOK)
 
     cold = _run(notebook, cache)
-    assert cold["cache"] == "" and cold["matches_eager"]
+    assert cold["cache"] == "miss" and cold["matches_eager"]
     assert (cold["row"]["pass_name"], cold["row"]["changed"], cold["row"]["stats"]) == (
         "nb.fold_double_neg", True, {"rewrites": 1})
     assert re.search(r"\n 4  nb\.fold_double_neg +nb\.fold_double_neg +yes .* rewrites=1\n", cold["table"])
@@ -85,6 +85,6 @@ def test_a_notebook_pass_compiles_hits_the_cache_and_recompiles_when_edited(tmp_
 
     notebook.write_text(notebook.read_text().replace('record_stat("rewrites"', 'record_stat("folded"'))
     edited = _run(notebook, cache)  # the pass's source changed: compiled again, by the new code
-    assert edited["cache"] == "" and edited["matches_eager"]
+    assert edited["cache"] == "miss" and edited["matches_eager"]
     assert edited["row"]["stats"] == {"folded": 1}
     assert len(list(cache.glob("*.entry"))) == 2

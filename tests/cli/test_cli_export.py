@@ -84,3 +84,27 @@ def test_a_dynamic_dimension_that_is_not_a_number_is_one_line_and_exit_2(workdir
     result = _invoke("export", "export", "--model", "export_models_cli:mlp", "-o", "m.pt2", "--dynamic", "batch")
     assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1] == "--dynamic takes a dimension number, not 'batch'"
+
+
+def test_a_dynamic_dimension_an_input_lacks_names_the_input_and_its_rank(workdir: Path) -> None:
+    for dim, message in (
+        ("5", "--dynamic 5: input 'input' has rank 2, so dimensions 0 to 1 (or -2 to -1)"),
+        ("-3", "--dynamic -3: input 'input' has rank 2, so dimensions 0 to 1 (or -2 to -1)"),
+    ):
+        result = CliRunner().invoke(main, ["export", "export", "--model", "export_models_cli:mlp", "-o", "m.pt2",
+                                           "--dynamic", dim])
+        assert (result.exit_code, result.stderr) == (2, message + "\n")
+        assert not (workdir / "m.pt2").exists()
+
+
+def test_a_negative_dynamic_dimension_counts_from_the_end(workdir: Path) -> None:
+    result = _invoke("export", "export", "--model", "export_models_cli:mlp", "-o", "m.pt2", "--dynamic", "-2")
+    assert result.exit_code == 0, result.output
+    loaded = torch.export.load(workdir / "m.pt2")
+    import export_models_cli
+
+    model, (x,) = export_models_cli.mlp()
+    theirs = torch.export.export(model, (x,), dynamic_shapes={"input": {0: torch.export.Dim("batch")}})
+    assert str(loaded.range_constraints) == str(theirs.range_constraints)  # torch's own: dim 0 is dynamic
+    bigger = torch.randn(7, 8)
+    torch.testing.assert_close(loaded.module()(bigger), model(bigger))

@@ -148,3 +148,26 @@ def test_the_run_report_and_json_carry_the_verdict(cli, planted) -> None:
     labels = [value["label"] for value in data["verdict"]["values"]]
     assert labels == ["output[0]", "grad[fc1.weight]", "grad[fc1.bias]", "grad[fc2.weight]", "grad[fc2.bias]"]
     assert data["reports"][0]["verdict"] == data["verdict"]
+
+
+def test_export_holds_the_written_program_to_the_tolerance_its_steps_declare_on_a_miss_and_a_hit(cli, planted) -> None:
+    (planted / "loose-export.toml").write_text(
+        '[pipeline]\nname = "loose-export"\nextends = "export"\n\n'
+        '[[steps]]\npass = "planted.gelu_tanh_loose"\nafter = "functionalize"\n'
+    )
+    tight = planted / "tight-export.toml"
+    tight.write_text((planted / "loose-export.toml").read_text().replace("gelu_tanh_loose", "gelu_tanh").replace("loose-export", "tight-export"))
+    caches = []
+    for _ in range(2):  # compiled, then loaded from the compile cache
+        result = cli.invoke(main, ["export", "loose-export.toml", *MODEL, "-o", "m.pt2", "--json"])
+        assert result.exit_code == 0, result.output
+        payload = json.loads(result.stdout)
+        assert (payload["ok"], payload["rtol"], payload["atol"]) == (True, 5e-2, 1e-2)
+        assert result.stderr.splitlines()[-1].endswith(f" vs eager: outputs max |diff| {payload['outputs_max_diff']:.1e} {LOOSE}")
+        caches.append(payload["report"]["cache"])
+    assert caches[1] == "hit"
+    rejected = cli.invoke(main, ["export", "tight-export.toml", *MODEL, "-o", "t.pt2"])
+    assert rejected.exit_code == 1, rejected.output
+    assert re.fullmatch(
+        rf"MISMATCH: tight-export on planted_gelu:mlp: the exported program t.pt2 vs eager: outputs max \|diff\| {DIFF} "
+        r"\(rtol 0.001, atol 0.0001\); first mismatch: output\[0\]: max \|diff\| \S+", rejected.stdout.splitlines()[-1])

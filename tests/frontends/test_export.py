@@ -5,6 +5,7 @@ Core ATen export does on the same models; the one-line refusals."""
 from __future__ import annotations
 
 import copy
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +147,7 @@ def test_the_exported_signature_names_buffer_writes_and_the_package_records_the_
 def test_a_second_export_of_the_same_model_loads_from_the_compile_cache() -> None:
     _, first = _export("dynamic_batch", "export")
     _, second = _export("dynamic_batch", "export")
-    assert (first.passkit_report.cache, second.passkit_report.cache) == ("", "hit")
+    assert (first.passkit_report.cache, second.passkit_report.cache) == ("miss", "hit")
     assert str(first.graph_module.code) == str(second.graph_module.code)
     x = MODELS["dynamic_batch"].checks[1][0][0]
     torch.testing.assert_close(second.module()(x), first.module()(x))
@@ -179,6 +180,18 @@ def test_an_export_pipeline_file_with_a_joint_step_is_refused_when_it_loads(tmp_
     with pytest.raises(PipelineError) as info:
         passkit.load_pipeline(str(path))
     assert str(info.value).startswith(f"{path}: steps[1] (joint): 'joint' makes a joint graph, which an exported program")
+
+
+def test_a_dict_pipeline_extending_export_with_a_joint_step_is_told_the_step_is_the_problem() -> None:
+    dict_pipeline = {"pipeline": {"name": "x", "extends": "export"}, "steps": [{"pass": "joint", "after": "decompose"}]}
+    line = sys._getframe().f_lineno + 2  # the call's line names a dict pipeline
+    with pytest.raises(PipelineError) as info:
+        passkit.export(MODELS["dynamic_batch"].build(), MODELS["dynamic_batch"].args, pipeline=dict_pipeline)
+    assert str(info.value) == (
+        f"{__file__}:{line}: steps[0] (joint): 'joint' makes a joint graph, which an exported program cannot "
+        "hold; an export pipeline (kind = \"export\") has no joint, partition or codegen step: remove this one, or "
+        "export with passkit.export and train with passkit.compile"
+    )
 
 
 def test_a_program_decomposed_with_a_table_inductor_does_not_take_is_refused_by_package(tmp_path: Path) -> None:

@@ -83,7 +83,7 @@ def test_a_cache_hit_emits_the_structured_trace_artifacts_of_the_compile(monkeyp
     cold, emitted[:] = list(emitted), []
     again = passkit.aot_function(f, pipeline="training-python")
     again(x)
-    assert (compiled.passkit_reports[0].cache, again.passkit_reports[0].cache) == ("", "hit")
+    assert (compiled.passkit_reports[0].cache, again.passkit_reports[0].cache) == ("miss", "hit")
     # The captured graphs, every step's record, the final graphs (where the last step to change
     # them put them in the compile) and the generated code: only intermediate graphs are missing.
     last = [r for r in compiled.passkit_reports[0].records if r.changed][-1]

@@ -107,6 +107,15 @@ CASES = {
         "[[steps]]\npass = 'fx.dce'\nid = 'my dce'\n",
         "x.toml: steps[0] (fx.dce).id: use letters, digits, '.', '_' and '-' only",
     ),
+    "option typo in a step with an id": (
+        "[[steps]]\npass = 'fx.dce'\nid = 'clean'\naftr = 'x'\n",
+        "x.toml: steps[0] (clean: fx.dce).aftr: unknown option; did you mean 'after'?",
+    ),
+    "duplicate explicit step id": (
+        "[[steps]]\npass = 'fx.dce'\nid = 'clean'\n[[steps]]\npass = 'fx.cse'\nid = 'clean'\n",
+        "x.toml: steps[1] (clean: fx.cse): duplicate step id 'clean' (already used by x.toml: steps[0] (clean: fx.dce)); "
+        'set a distinct id, e.g. id = "clean.2"',
+    ),
     "duplicate step id": (
         "[[steps]]\npass = 'fx.dce'\n[[steps]]\npass = 'fx.dce'\n",
         "x.toml: steps[1] (fx.dce): duplicate step id 'fx.dce' (already used by x.toml: steps[0] (fx.dce)); "
