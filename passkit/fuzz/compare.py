@@ -1,7 +1,8 @@
 """Own judging one fuzz program: eager, the pipeline, and torch's own path when they disagree.
 
-Each side gets a fresh copy of the module and of the inputs, and the same RNG seed before the
-call, so random ops draw alike. What is compared is what a user can observe:
+Each side gets a fresh copy of the module and of the inputs, and calls inside the one rule for
+random ops (``passkit.verify.compare.same_random_draws``), so random ops draw alike. What is
+compared is what a user can observe:
 
 - the outputs, and which inputs each output shares storage with (an output that aliases an
   input in eager must alias it compiled, and no other);
@@ -28,11 +29,10 @@ from typing import Any, Callable
 import torch
 
 from passkit.fuzz.program import FuzzProgram
-from passkit.verify.compare import Tolerance, compare_values
+from passkit.verify.compare import Tolerance, compare_values, same_random_draws
 
 __all__ = ["Observed", "Verdict", "judge", "compile_with", "torch_path", "observe", "differences"]
 
-SEED = 1234
 Compiler = Callable[[FuzzProgram, torch.nn.Module, tuple[Any, ...]], Callable[..., Any]]
 
 
@@ -75,8 +75,7 @@ def observe(call: Callable[..., Any], state: torch.nn.Module, inputs: tuple[Any,
 
     args = _fresh_inputs(inputs)
     storages = [x.untyped_storage().data_ptr() if isinstance(x, torch.Tensor) else None for x in args]
-    torch.manual_seed(SEED)
-    with torch.set_grad_enabled(training):
+    with same_random_draws(), torch.set_grad_enabled(training):
         result = call(*args)
     outputs = list(result) if isinstance(result, (tuple, list)) else [result]
     aliases = [
