@@ -221,18 +221,7 @@ def fuzz_pass(
     summary = fuzz(alone, seed=seed, programs_count=programs, seconds=seconds, out=folder, pm=pm, registry=registry)
     if summary.differences:
         lines = [f"fuzzing {alone.name} ({', '.join(step.id for step in alone.steps)}): {summary.line()}"]
-        for case in summary.cases:
-            lines.append(f"{case.verdict.kind}: {case.verdict.message}")
-            lines.append(f"  first bad step: {case.first_bad_step or case.note}")
-            if case.reproducer:
-                lines.append(f"  reproducer: {case.reproducer} (passkit repro)")
-            lines.append(f"  minimal program ({len(case.program.nodes)} op(s)), {case.folder}/program.py:")
-            lines.append(_forward_source(case.program.source()))
+        lines += [line for case in summary.cases for line in case.lines(with_source=True)]
         pytest.fail("\n".join(lines), pytrace=False)
     return summary
 
-
-def _forward_source(source: str) -> str:
-    """The program's ``forward``, indented, for a failure message."""
-    body = source[source.index("    def forward"):source.index("\n\n\ndef factory")]
-    return "\n".join("  " + line for line in body.splitlines())

@@ -84,13 +84,7 @@ def command(
         terminal.write_json(summary.to_json())
     else:
         lines = [f"fuzz {resolved.label} (seed {seed}): {summary.line()}"]
-        for case in summary.cases:
-            lines.append(f"  {case.verdict.kind}: {case.verdict.message}")
-            lines.append(f"    minimal program: {len(case.program.nodes)} op(s) (from {case.original_ops}), {case.folder}/program.py")
-            if case.first_bad_step:
-                lines.append(f"    first bad step: {case.first_bad_step} ({case.bad_kind}); reproducer: {case.reproducer}")
-            elif case.note:
-                lines.append(f"    {case.note}")
+        lines += ["  " + line for case in summary.cases for line in case.lines()]
         terminal.out("\n".join(lines))
     if summary.differences:
         only_crashes = set(summary.kinds) == {"crash"}

@@ -80,6 +80,7 @@ class OutputInfo:
     alias_of_input: int | None = None
     is_input: bool = False
     alias_of_output: int | None = None
+    # An alias's (size, stride, offset); None with symbolic sizes, where the compiled view has them.
     view: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
     multi_output_view: bool = False  # made by ``unbind``/``split``: autograd forbids writing to it
     detached: bool = False  # shares an input's memory without being its view (``detach()``)

@@ -90,7 +90,12 @@ def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[
             elif base_output is not None:
                 info.alias_of_output = base_output
             if base is not None or base_output is not None:
-                info.view = (tuple(out.shape), tuple(out.stride()), int(out.storage_offset()))
+                geometry = (*out.shape, *out.stride(), out.storage_offset())
+                # With symbolic sizes the view's geometry is the caller's: the runtime reads it
+                # from the compiled view itself (``view`` None); fixed here it would be wrong for
+                # other sizes (and symbols do not survive a copy of the program).
+                if not any(_torch.is_symbolic(d) for d in geometry):
+                    info.view = (tuple(out.shape), tuple(out.stride()), int(out.storage_offset()))
                 info.multi_output_view = _torch.is_multi_output_view(out)
                 info.detached = base is not None and not out._is_view() and not out.requires_grad
         info.made_by_function = info.alias_of_input is not None and made_by_function(out, fresh)

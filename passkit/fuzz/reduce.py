@@ -87,6 +87,22 @@ class Case:
     reproducer: str = ""
     note: str = ""
 
+    def lines(self, *, with_source: bool = False) -> list[str]:
+        """How the CLI's summary and ``fuzz_pass``'s failure show the case; ``with_source``:
+        the minimal program's ``forward`` too."""
+        where = f"{self.folder}/program.py" if self.folder else "not written"
+        shown = [f"{self.verdict.kind}: {self.verdict.message}",
+                 f"  minimal program: {len(self.program.nodes)} op(s) (from {self.original_ops}), {where}"]
+        if self.first_bad_step:
+            shown.append(f"  first bad step: {self.first_bad_step} ({self.bad_kind}); reproducer: {self.reproducer}")
+        elif self.note:
+            shown.append(f"  {self.note}")
+        if with_source:
+            source = self.program.source()
+            forward = source[source.index("    def forward"):source.index("\n\n\ndef factory")]
+            shown += ["  " + line for line in forward.splitlines()]
+        return shown
+
     def to_json(self) -> dict[str, Any]:
         return {
             "folder": self.folder,

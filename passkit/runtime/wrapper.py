@@ -366,7 +366,7 @@ class CompiledProgram:
             # in-place changes to either behave as in eager (autograd rejects in-place changes
             # to several views returned by one autograd.Function).
             for k, j in self.views_of_outputs:
-                size, stride, offset = self.outputs[k].view  # type: ignore[misc]
+                size, stride, offset = self.outputs[k].view or _geometry(outputs[k])
                 outputs[k] = outputs[j].as_strided(size, stride, offset)
         return tuple(outputs)
 
@@ -397,7 +397,12 @@ class CompiledProgram:
             return base
         if info.detached or (base.requires_grad and not info.requires_grad):
             base = base.detach()  # ``a.detach()`` returned: shares a's memory, not its history
-        size, stride, offset = info.view  # type: ignore[misc]
+        if info.view is not None:
+            size, stride, offset = info.view
+        elif isinstance(value, torch.Tensor) and value.untyped_storage().data_ptr() == base.untyped_storage().data_ptr():
+            size, stride, offset = _geometry(value)  # symbolic sizes: the compiled view's, made on the caller's input
+        else:
+            return value
         if info.detached and (tuple(base.shape), base.stride(), base.storage_offset()) == (size, stride, offset):
             return base  # not a view, as eager's
         if isinstance(value, torch.Tensor) and value.dtype != base.dtype:
@@ -410,6 +415,10 @@ class CompiledProgram:
         if info.requires_grad and not alias.requires_grad:
             alias.requires_grad_(True)  # ``a.view(-1).requires_grad_()`` on an input that needs no grad
         return alias
+
+
+def _geometry(value: torch.Tensor) -> Geometry:
+    return tuple(value.size()), tuple(value.stride()), value.storage_offset()
 
 
 def _view_in_dtype(base: torch.Tensor, value: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:

@@ -49,7 +49,7 @@ def test_fuzz_pass_fails_with_the_minimal_program_and_the_step(planted, tmp_path
     with pytest.raises(pytest.fail.Exception) as failed:
         fuzz_pass("planted.drop_write_back", programs=12, out=tmp_path)
     message = str(failed.value)
-    assert "first bad step: training-python-planted.drop_write_back-alone: steps[1] (planted.drop_write_back)" in message
+    assert "first bad step: training-python-planted.drop_write_back-alone: steps[1] (planted.drop_write_back) (numerics)" in message
     assert "    def forward(self" in message and "reproducer: " in message
 
 
