@@ -31,7 +31,7 @@ import torch
 from passkit.fuzz.program import FuzzProgram
 from passkit.verify.compare import Tolerance, compare_values, same_random_draws
 
-__all__ = ["Observed", "Verdict", "judge", "compile_with", "torch_path", "observe", "differences"]
+__all__ = ["Observed", "Verdict", "judge", "compile_with", "torch_path", "observe", "differences", "one_line"]
 
 Compiler = Callable[[FuzzProgram, torch.nn.Module, tuple[Any, ...]], Callable[..., Any]]
 
@@ -152,14 +152,16 @@ def _state(call: Any, model: torch.nn.Module) -> torch.nn.Module:
     return call if isinstance(call, torch.nn.Module) and not hasattr(call, "_orig_mod") else model
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    # Dynamo's BackendCompilerFailed says only "backend='aot_eager' raised:" on its first line.
+    exc = getattr(exc, "inner_exception", None) or exc
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 def _run(compiler: Compiler, program: FuzzProgram, model: torch.nn.Module, inputs: tuple[Any, ...]) -> Observed:
     twin = copy.deepcopy(model)
-    torch._dynamo.reset()
+    torch.compiler.reset()
     call = compiler(program, twin, inputs)
     return observe(call, _state(call, twin), inputs, training=program.mode == "training")
 
@@ -172,19 +174,19 @@ def judge(program: FuzzProgram, compiler: Compiler, tolerance: Tolerance) -> Ver
             model, inputs = program.build()
             expected = observe(model, model, inputs, training=program.mode == "training")
         except Exception as exc:  # noqa: BLE001 - eager refuses the program: not a valid one
-            return Verdict("invalid", message=_one_line(exc))
+            return Verdict("invalid", message=one_line(exc))
         pristine, _ = program.build()
         try:
             found = differences(expected, _run(compiler, program, pristine, inputs), tolerance)
         except Exception as exc:  # noqa: BLE001 - whatever the pipeline raised is the finding
-            found = [("crash", _one_line(exc))]
+            found = [("crash", one_line(exc))]
         if not found:
             return Verdict("ok")
         kind, message = found[0]
         try:
             theirs = differences(expected, _run(torch_path, program, pristine, inputs), tolerance)
         except Exception as exc:  # noqa: BLE001
-            return Verdict("skipped", kind, message, f"torch's path raised {_one_line(exc)}")
+            return Verdict("skipped", kind, message, f"torch's path raised {one_line(exc)}")
         if theirs:
             return Verdict("skipped", kind, message, f"torch's path differs too: {theirs[0][1]}")
         return Verdict("difference", kind, message, details=[m for _, m in found])

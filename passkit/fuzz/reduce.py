@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from passkit.fuzz.compare import Verdict
+from passkit.fuzz.compare import Verdict, one_line
 from passkit.fuzz.program import FuzzProgram
 
 if TYPE_CHECKING:
@@ -139,8 +139,7 @@ def write_case(
     try:
         graphs = capture_module(model, inputs, quiet, training=program.mode == "training", dynamic=program.dynamic)
     except Exception as exc:  # noqa: BLE001 - capture is what fails: nothing to bisect
-        cause = getattr(exc, "inner_exception", None) or exc.__cause__ or exc
-        case.note = f"capturing it for bisect failed: {_one_line(cause)}"
+        case.note = f"capturing it for bisect failed: {one_line(exc.__cause__ or exc)}"
         _write_summary(folder, case)
         return case
     for graph in graphs:
@@ -160,11 +159,6 @@ def write_case(
                      "the runtime wrapper, not in a step")
     _write_summary(folder, case)
     return case
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 def _write_summary(folder: Path, case: Case) -> None:
