@@ -22,8 +22,8 @@ BASE = {"codegen.inductor": "training"}
 
 def builtin_passes() -> list[str]:
     return sorted(
-        name for name, pass_ in get_registry().passes.items()
-        if (pass_.fn.__module__ or "").startswith("passkit.") and name not in NOT_REACHED
+        name for name, entry in get_registry().passes.items()
+        if entry.distribution == "passkit" and name not in NOT_REACHED
     )
 
 
