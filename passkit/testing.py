@@ -14,6 +14,11 @@ applies a pattern, a ``PatternSet`` or a registered set name, and fails if it ma
 (saying why, per candidate node), matched another number of ``times``, or changed numerics. Both
 hold results to the rule ``passkit run`` uses (``passkit.verify.compare``): the default ``rtol``/``atol``
 loosened to what the pass (for its options) or the pattern sets declare.
+
+``fuzz_pass(pass_or_id, programs=200)`` runs random programs through the pass alone, in the
+smallest pipeline that loads with it (``passkit.debug.alone``), compares each with eager
+(``passkit.fuzz``), and fails with every difference reduced to a minimal program, its first bad
+step and its reproducer.
 """
 
 from __future__ import annotations
@@ -22,7 +27,10 @@ from typing import Any, Callable, Sequence
 
 import pytest
 
-__all__ = ["assert_pass_preserves_numerics", "assert_pattern_matches", "make_program", "passkit_plugin_manager", "register_passkit_plugin"]
+__all__ = [
+    "assert_pass_preserves_numerics", "assert_pattern_matches", "fuzz_pass", "make_program", "passkit_plugin_manager",
+    "register_passkit_plugin",
+]
 
 
 @pytest.fixture
@@ -186,4 +194,34 @@ def assert_pattern_matches(
     if deviation is not None:
         pytest.fail(f"patterns changed numerics: {deviation}", pytrace=False)
     return applied
+
+
+
+def fuzz_pass(
+    pass_or_id: Any, programs: int = 200, *, pipeline: Any = "training-python", seed: int = 0, out: Any = None,
+    seconds: float | None = None,
+) -> Any:
+    """Fuzz one pass (a ``Pass``, a registered name, or a step id of ``pipeline``) alone, in the
+    smallest pipeline made from ``pipeline`` that loads with it: ``programs`` random programs
+    (or as many as ``seconds`` allow), each compared with eager. Fails naming every difference:
+    its minimal program as source, its first bad step and the reproducer folder (under ``out``,
+    else a fresh temporary folder). Returns the ``passkit.fuzz.session.Summary``."""
+    import tempfile
+    from pathlib import Path
+
+    from passkit.core.plugins import get_plugin_manager
+    from passkit.core.registry import get_registry
+    from passkit.debug.alone import pipeline_alone
+    from passkit.frontends.api import load_pipeline
+    from passkit.fuzz.session import fuzz
+
+    registry, pm = get_registry(), get_plugin_manager()
+    alone = pipeline_alone(load_pipeline(pipeline), pass_or_id, registry)
+    folder = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="passkit-fuzz-"))
+    summary = fuzz(alone, seed=seed, programs_count=programs, seconds=seconds, out=folder, pm=pm, registry=registry)
+    if summary.differences:
+        lines = [f"fuzzing {alone.name} ({', '.join(step.id for step in alone.steps)}): {summary.line()}"]
+        lines += [line for case in summary.cases for line in case.lines(with_source=True)]
+        pytest.fail("\n".join(lines), pytrace=False)
+    return summary
 

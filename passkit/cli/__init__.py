@@ -24,7 +24,7 @@ from passkit.cli.shadowing import use_installed_package
 # for the installed package.
 use_installed_package()
 
-from passkit.cli import bisect, cache, explain, export, passes, patterns, pipelines, repro, run, terminal, validate  # noqa: E402
+from passkit.cli import bisect, cache, explain, export, fuzz, passes, patterns, pipelines, repro, run, terminal, validate  # noqa: E402
 from passkit.errors import EXIT_INTERNAL, PasskitError  # noqa: E402
 
 __all__ = ["main", "PasskitGroup", "EXIT_USAGE"]
@@ -76,5 +76,5 @@ def main() -> None:
     """
 
 
-for _module in (passes, pipelines, patterns, validate, explain, run, export, bisect, repro, cache):
+for _module in (passes, pipelines, patterns, validate, explain, run, export, bisect, repro, fuzz, cache):
     main.add_command(_module.command)

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from passkit.core.program import Program
     from passkit.core.registry import Registry
 
-__all__ = ["Bisection", "bisect_program", "shortest_bad_prefix", "write_minimal", "confirm"]
+__all__ = ["Bisection", "bisect_program", "shortest_bad_prefix", "write_minimal", "confirm", "loads_as_file", "with_needed_tail"]
 
 
 @dataclass
@@ -181,14 +181,14 @@ def bisect_program(
                 break
     before = [pipeline.steps[p] for p in sorted(already)]
     tail = [pipeline.steps[p] for p in applicable[bad:]]
-    minimal = _with_tail(pipeline, prefix, tail, registry, before)
+    minimal = with_needed_tail(pipeline, prefix, tail, registry, before)
     # A step left out before the bad one can be what a step after it needs for the file to load
     # (functionalize before a decompose that never runs): give such steps back, earliest first.
     for position in sorted(left_out):
-        if _valid(pipeline, before + minimal, registry):
+        if loads_as_file(pipeline, before + minimal, registry):
             break
         prefix = _restored(pipeline, prefix, pipeline.steps[position])
-        minimal = _with_tail(pipeline, prefix, tail, registry, before)
+        minimal = with_needed_tail(pipeline, prefix, tail, registry, before)
     result.minimal = before + minimal
     return result
 
@@ -198,7 +198,7 @@ def _restored(pipeline: Pipeline, prefix: list[Step], step: Step) -> list[Step]:
     return sorted([*prefix, step], key=lambda s: s.position)
 
 
-def _valid(pipeline: Pipeline, steps: list[Step], registry: Registry) -> bool:
+def loads_as_file(pipeline: Pipeline, steps: list[Step], registry: Registry) -> bool:
     """Whether ``steps`` load as a pipeline file (contracts, ending in ``compiled``, or for an
     export pipeline in ``functional``)."""
     from passkit.pipeline.contracts import check_contracts
@@ -215,19 +215,19 @@ def _valid(pipeline: Pipeline, steps: list[Step], registry: Registry) -> bool:
     return True
 
 
-def _with_tail(
+def with_needed_tail(
     pipeline: Pipeline, prefix: list[Step], after_bad: list[Step], registry: Registry, before: list[Step] | None = None
 ) -> list[Step]:
     """``prefix`` plus as few of the steps after the bad one as loading a pipeline file needs
-    (``_valid``). They never run: with ``verify`` on, the bad step fails first.
+    (``loads_as_file``). They never run: with ``verify`` on, the bad step fails first.
     ``before`` are steps that already ran (a reproducer's) and come first in the file."""
     head = list(before or [])
     tail = list(after_bad)
-    if not _valid(pipeline, head + prefix + tail, registry):
+    if not loads_as_file(pipeline, head + prefix + tail, registry):
         return prefix + tail
     for step in list(tail):
         shorter = [s for s in tail if s is not step]
-        if _valid(pipeline, head + prefix + shorter, registry):
+        if loads_as_file(pipeline, head + prefix + shorter, registry):
             tail = shorter
     return prefix + tail
 

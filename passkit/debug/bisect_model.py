@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from passkit.core.program import Program
     from passkit.core.registry import Registry
 
-__all__ = ["Captured", "capture_model", "bisect_model"]
+__all__ = ["Captured", "capture_model", "capture_module", "bisect_model"]
 
 
 @dataclass
@@ -42,16 +42,29 @@ class Captured:
 
 def capture_model(spec: str, pipeline: Pipeline) -> list[Captured]:
     """Every graph Dynamo captures from one call of the model, in order."""
-    from passkit.frontends.capture import program_from_graph
-    from passkit.verify.evaluate import Reference
-
     from passkit.frontends.check import build_model
 
     example = build_model(spec)
-    module = example.module
+    captured = capture_module(example.module, example.args, pipeline, kwargs=example.kwargs)
+    if not captured:
+        raise PasskitError(f"--model {spec}: Dynamo captured no graph to bisect")
+    return captured
+
+
+def capture_module(
+    module: torch.nn.Module, args: Sequence[Any], pipeline: Pipeline, *, kwargs: dict[str, Any] | None = None,
+    training: bool | None = None, dynamic: bool = False,
+) -> list[Captured]:
+    """Every graph Dynamo captures from one call of ``module`` on ``args`` and ``kwargs`` (one
+    exported program for an export or edge pipeline). ``training`` defaults to: the pipeline can train
+    and the module has parameters that require grad; ``dynamic`` compiles with symbolic sizes."""
+    from passkit.frontends.capture import program_from_graph
+    from passkit.verify.evaluate import Reference
+
     if pipeline.kind in ("export", "edge"):
-        return [_capture_exported(module, example.args, example.kwargs, edge=pipeline.kind == "edge")]
-    training = pipeline.can_train and any(p.requires_grad for p in module.parameters())
+        return [_capture_exported(module, tuple(args), dict(kwargs or {}), edge=pipeline.kind == "edge")]
+    if training is None:
+        training = pipeline.can_train and any(p.requires_grad for p in module.parameters())
     captured: list[Captured] = []
 
     def record(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
@@ -60,11 +73,9 @@ def capture_model(spec: str, pipeline: Pipeline) -> list[Captured]:
         captured.append(Captured(label, snapshot_program(program), Reference(program, list(example_inputs))))
         return gm.forward
 
-    compiled = torch.compile(module, backend=record, dynamic=False)
+    compiled = torch.compile(module, backend=record, dynamic=dynamic)
     with torch.set_grad_enabled(training):
-        example(compiled)
-    if not captured:
-        raise PasskitError(f"--model {spec}: Dynamo captured no graph to bisect")
+        compiled(*args, **(kwargs or {}))
     return captured
 
 

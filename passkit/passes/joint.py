@@ -104,8 +104,14 @@ def joint(program: Program, *, bodies: Literal["min_cut", "torch_min_cut"] = "mi
         gm, mutations = _torch.functional_trace(
             joint_fn, args, pre_dispatch=False, decompositions=None if table is None else dict(table), arg_names=names
         )
-        if mutations:
+        if any(m.metadata or m.index < len(io.inputs) for m in mutations):
             _refuse(program, mutations)
+        if mutations:
+            # Only tangents' data were written: a custom backward that writes into the gradient
+            # it is given (``return g.mul_(2)``). The graph goes on with the written value; the
+            # gradient buffer is autograd's, read by nothing afterwards, so no write-back.
+            output = next(node for node in gm.graph.nodes if node.op == "output")
+            output.args = (tuple(output.args[0][len(mutations):]),)
     gm.graph.eliminate_dead_code(is_impure_node=_torch.is_impure)
     if source is not None:
         _torch.clone_lifted_constants(gm)

@@ -300,7 +300,10 @@ class CompiledProgram:
                 target.as_strided_(new.size(), new.stride(), new.storage_offset())
         if not info.mutates_data:
             return
-        if info.requires_grad and not info.mutated_under_no_grad and torch.is_grad_enabled():
+        # Eager refuses a write autograd sees into a leaf that requires grad, so a write into one
+        # that got here went through ``.detach()``: hidden from autograd, as it was there.
+        visible = info.requires_grad and not info.is_leaf and not info.mutated_under_no_grad
+        if visible and torch.is_grad_enabled():
             target.copy_(new)  # differentiable: later uses see the new value's history
         else:
             with torch.no_grad():

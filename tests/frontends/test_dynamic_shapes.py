@@ -190,3 +190,39 @@ def test_a_float_argument_is_read_as_its_value_and_another_value_recompiles() ->
         (grad,) = torch.autograd.grad(out.sum(), x)
         torch.testing.assert_close(grad, torch.autograd.grad(scaled(x, scale).sum(), x)[0])
     assert len(passkit.reports()) - before == 2  # one program per value of scale, not per batch
+
+
+def _slice_of_input(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return (x[1:],)
+
+
+def _transpose_and_product(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return (x.t(), x * 2)
+
+
+def _view_of_an_output(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x * 2
+    return (y, y[1:])
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("fn", [_slice_of_input, _transpose_and_product, _view_of_an_output])
+def test_a_view_returned_with_symbolic_sizes_has_each_calls_geometry(fn, grad: bool) -> None:
+    # Found by ``passkit fuzz``: the view's recorded geometry held symbols, and functionalize
+    # failed copying the program ("Cannot access data pointer of Tensor").
+    for backend in ("aot_eager", passkit.backend("training-python", cache="off")):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend=backend, dynamic=True)
+        for rows in (4, 6):
+            x = torch.randn(rows, 4, requires_grad=grad)
+            y = x.detach().clone().requires_grad_(grad)
+            actual, expected = compiled(x), fn(y)
+            for a, e in zip(actual, expected):
+                torch.testing.assert_close(a, e, rtol=0, atol=0)
+                assert (a.stride(), a.storage_offset(), a.requires_grad) == (e.stride(), e.storage_offset(), e.requires_grad)
+                shares = a.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+                assert shares == (e.untyped_storage().data_ptr() == y.untyped_storage().data_ptr())
+            if grad:
+                sum((a * 1.5).sum() for a in actual).backward()
+                sum((e * 1.5).sum() for e in expected).backward()
+                torch.testing.assert_close(x.grad, y.grad)

@@ -47,6 +47,17 @@ class _BackwardWritesInPlace(torch.autograd.Function):
         return out
 
 
+class _BackwardWritesIntoItsGradient(torch.autograd.Function):
+    # Found by ``passkit fuzz``: the joint trace saw the tangent written and refused the program.
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad.mul_(2)
+
+
 def _returns_its_input(x: torch.Tensor) -> torch.Tensor:
     return _ReturnsItsInput.apply(x) * 2
 
@@ -55,9 +66,14 @@ def _backward_writes_in_place(x: torch.Tensor) -> torch.Tensor:
     return _BackwardWritesInPlace.apply(x).sin()
 
 
+def _backward_writes_into_its_gradient(x: torch.Tensor) -> torch.Tensor:
+    return _BackwardWritesIntoItsGradient.apply(x).sin()
+
+
 PROGRAMS = {
     "forward_returns_its_input": _returns_its_input,
     "backward_writes_in_place": _backward_writes_in_place,
+    "backward_writes_into_its_gradient": _backward_writes_into_its_gradient,
 }
 
 

@@ -53,6 +53,21 @@ def _run_hidden(fn: Callable[..., Any], *, with_weight: bool) -> tuple[Any, ...]
     return out.detach(), a.detach(), leaf.grad, w.grad
 
 
+def _hidden_write_to_a_leaf(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # Found by ``passkit fuzz``: the write-back into the leaf was one autograd sees, which eager
+    # refuses for a leaf that requires grad ("a leaf Variable that requires grad is being used
+    # in an in-place operation").
+    return a.detach().add_(1), a * 3
+
+
+def _run_leaf(fn: Callable[..., Any]) -> tuple[Any, ...]:
+    torch.manual_seed(0)
+    leaf = torch.randn(2, 4, requires_grad=True)
+    hidden, tracked = fn(leaf)
+    tracked.sum().backward()
+    return hidden, hidden.requires_grad, leaf.detach(), leaf.grad
+
+
 def _two_tensor_times_plain_weight(x: TwoTensor, w: torch.Tensor) -> torch.Tensor:
     return (x * w).sum()
 
@@ -77,6 +92,7 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[Callable[..., Any]], Any]]]
     "in_place_through_detach_on_an_intermediate": (
         _hidden_write_to_an_intermediate, functools.partial(_run_hidden, with_weight=True),
     ),
+    "in_place_through_detach_on_a_leaf_input": (_hidden_write_to_a_leaf, _run_leaf),
     "plain_parameter_with_a_subclass_gradient": (
         _two_tensor_times_plain_weight, functools.partial(_run_subclass_grad, weight_shape=(3,)),
     ),
