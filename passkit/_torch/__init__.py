@@ -25,9 +25,10 @@ owns one side of torch:
 - ``region_values``: each outlined region call's own results, and operands it passes on read directly;
 - ``region_calls``: a graph that calls regions compiled as Python calling each distinct body once;
 - ``unbacked``: data-dependent sizes (``nonzero``, ``.item()``) and the shape environment they need;
-- ``values``: which values compiled kernels cannot read, and whether a trace records the call.
+- ``values``: which values compiled kernels cannot read, and whether a trace records the call;
+- ``versions``: which torch release runs, the one module that reads its version (``TORCH_2_15``...).
 
-Supported torch: 2.11 to 2.13.
+Supported torch: 2.11 to 2.15 (docs/torch-versions.md lists what differs and where).
 """
 
 from __future__ import annotations
@@ -78,10 +79,12 @@ from passkit._torch.unbacked import *  # noqa: F403
 from passkit._torch.unbacked import __all__ as _unbacked
 from passkit._torch.values import *  # noqa: F403
 from passkit._torch.values import __all__ as _values
+from passkit._torch.versions import *  # noqa: F403
+from passkit._torch.versions import __all__ as _versions
 
 
 __all__ = [
     *_aoti, *_collectives, *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots,
     *_inductor_workers, *_kernel_bundles, *_logs, *_mutations, *_ops, *_own_decomps, *_region_calls, *_region_values, *_regions,
-    *_shape_guards, *_symbols, *_tracing, *_unbacked, *_values,
+    *_shape_guards, *_symbols, *_tracing, *_unbacked, *_values, *_versions,
 ]
