@@ -6,6 +6,7 @@ owns one side of torch:
 - ``collectives``: functional collectives and waits, torch's FX bucketing of them;
 - ``aoti``: AOTInductor's packages, compiled from an ``ExportedProgram`` and loaded back;
 - ``hops``: higher-order ops' subgraphs, and how passkit's tracing forwards them;
+- ``dynamo_settings``: the Dynamo settings ``passkit.compile`` runs under on each torch release;
 - ``tracing``: fake tensors, functional tracing, re-tracing;
 - ``mutations``: which nodes and ops write into their arguments, which values share memory;
 - ``random_fills``: in-place random fills traced into the layout eager draws into;
@@ -37,6 +38,8 @@ from passkit._torch.aoti import *  # noqa: F403
 from passkit._torch.aoti import __all__ as _aoti
 from passkit._torch.collectives import *  # noqa: F403
 from passkit._torch.collectives import __all__ as _collectives
+from passkit._torch.dynamo_settings import *  # noqa: F403
+from passkit._torch.dynamo_settings import __all__ as _dynamo_settings
 from passkit._torch.graph_passes import *  # noqa: F403
 from passkit._torch.graph_passes import __all__ as _graph_passes
 from passkit._torch.graph_pickle import *  # noqa: F403
@@ -84,7 +87,7 @@ from passkit._torch.versions import __all__ as _versions
 
 
 __all__ = [
-    *_aoti, *_collectives, *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots,
+    *_aoti, *_collectives, *_dynamo_settings, *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots,
     *_inductor_workers, *_kernel_bundles, *_logs, *_mutations, *_ops, *_own_decomps, *_region_calls, *_region_values, *_regions,
     *_shape_guards, *_symbols, *_tracing, *_unbacked, *_values, *_versions,
 ]
