@@ -58,7 +58,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             "picks one, PASSKIT_SWEEP=all runs every entry) and every known gap"
         )
     gpu_line = "gpu tests: run (CUDA present)" if torch.cuda.is_available() else "gpu tests: deselected (no CUDA device)"
-    return [sweep_line, gpu_line]
+    # CI runs the suite under two torch releases; a failure's log says which one from its top.
+    return [f"torch {torch.__version__}", sweep_line, gpu_line]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -121,3 +121,26 @@ def test_the_compile_warning_check_finds_an_invalid_escape(tmp_path: Path) -> No
     module = tmp_path / "m.py"
     module.write_text('"""``Event``\\ s"""\n')
     assert [hit.split(" ", 1)[0] for hit in _compile_warnings([module])] == ["m.py:1"]
+
+
+# Names that read or compare torch's version. Outside ``passkit/_torch`` nothing may branch on
+# the release it runs on: ``passkit/_torch/versions.py`` owns the flags (docs/torch-versions.md).
+VERSION_READS = ("torch.__version__", "torch.version", "TorchVersion", "TORCH_2_", "torch_release", "TORCH_RELEASE")
+
+
+def _version_reads(path: Path, root: Path) -> list[str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [f"{path.relative_to(root)}:{number} {line.strip()}" for number, line in enumerate(lines, 1)
+            if any(name in line for name in VERSION_READS)]
+
+
+def test_only_the_torch_bridge_asks_which_torch_runs() -> None:
+    offenders = [hit for path in sorted(PACKAGE.rglob("*.py")) if "_torch" not in path.relative_to(PACKAGE).parts
+                 for hit in _version_reads(path, REPO)]
+    assert offenders == []
+
+
+def test_the_version_check_finds_a_branch_on_the_torch_version(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("import torch\nif torch.__version__ >= '2.15':\n    pass\nfrom passkit._torch.versions import TORCH_2_15\n")
+    assert [hit.split(" ", 1)[0] for hit in _version_reads(module, tmp_path)] == ["m.py:2", "m.py:4"]

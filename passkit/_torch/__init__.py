@@ -7,6 +7,7 @@ owns one side of torch:
 - ``aoti``: AOTInductor's packages, compiled from an ``ExportedProgram`` and loaded back;
 - ``executorch``: ExecuTorch (optional): Edge lowering, delegation, ``.pte`` files and their runtime;
 - ``hops``: higher-order ops' subgraphs, and how passkit's tracing forwards them;
+- ``dynamo_settings``: the Dynamo settings ``passkit.compile`` runs under on each torch release;
 - ``tracing``: fake tensors, functional tracing, re-tracing;
 - ``mutations``: which nodes and ops write into their arguments, which values share memory;
 - ``random_fills``: in-place random fills traced into the layout eager draws into;
@@ -26,9 +27,10 @@ owns one side of torch:
 - ``region_values``: each outlined region call's own results, and operands it passes on read directly;
 - ``region_calls``: a graph that calls regions compiled as Python calling each distinct body once;
 - ``unbacked``: data-dependent sizes (``nonzero``, ``.item()``), the shape environment they need, an export's range constraints;
-- ``values``: which values compiled kernels cannot read, and whether a trace records the call.
+- ``values``: which values compiled kernels cannot read, and whether a trace records the call;
+- ``versions``: which torch release runs, the one module that reads its version (``TORCH_2_15``...).
 
-Supported torch: 2.11 to 2.13.
+Supported torch: 2.11 to 2.15 (docs/torch-versions.md lists what differs and where).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from passkit._torch.collectives import *  # noqa: F403
 from passkit._torch.collectives import __all__ as _collectives
 from passkit._torch.executorch import *  # noqa: F403
 from passkit._torch.executorch import __all__ as _executorch
+from passkit._torch.dynamo_settings import *  # noqa: F403
+from passkit._torch.dynamo_settings import __all__ as _dynamo_settings
 from passkit._torch.graph_passes import *  # noqa: F403
 from passkit._torch.graph_passes import __all__ as _graph_passes
 from passkit._torch.graph_pickle import *  # noqa: F403
@@ -81,10 +85,12 @@ from passkit._torch.unbacked import *  # noqa: F403
 from passkit._torch.unbacked import __all__ as _unbacked
 from passkit._torch.values import *  # noqa: F403
 from passkit._torch.values import __all__ as _values
+from passkit._torch.versions import *  # noqa: F403
+from passkit._torch.versions import __all__ as _versions
 
 
 __all__ = [
-    *_aoti, *_collectives, *_executorch, *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots,
+    *_aoti, *_collectives, *_dynamo_settings, *_executorch, *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots,
     *_inductor_workers, *_kernel_bundles, *_logs, *_mutations, *_ops, *_own_decomps, *_region_calls, *_region_values, *_regions,
-    *_shape_guards, *_symbols, *_tracing, *_unbacked, *_values,
+    *_shape_guards, *_symbols, *_tracing, *_unbacked, *_values, *_versions,
 ]

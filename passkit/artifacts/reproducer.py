@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from passkit import _torch
 from passkit.artifacts.pipeline_file import pipeline_toml
 from passkit.artifacts.program_file import write_program
 from passkit.core.private_folders import MODE, UnsafeFolderError, private_folder
@@ -156,7 +157,7 @@ def versions() -> dict[str, Any]:
         passkit_version = importlib.metadata.version("passkit")
     except importlib.metadata.PackageNotFoundError:
         passkit_version = __version__
-    return {"python": platform.python_version(), "torch": torch.version.__version__, "passkit": passkit_version, "plugins": dict(sorted(plugins.items()))}
+    return {"python": platform.python_version(), "torch": _torch.TORCH_VERSION, "passkit": passkit_version, "plugins": dict(sorted(plugins.items()))}
 
 
 def _pass_origin(fn: Any) -> dict[str, str]:

@@ -233,7 +233,7 @@ def compile(
     """
     compiled_backend = PasskitBackend(pipeline, progress=progress, **settings)
     _prepare_steps(compiled_backend.pipeline)  # validate the file now, not at the first call
-    compiled = torch.compile(model_or_fn, backend=compiled_backend, dynamic=dynamic)
+    compiled = _torch.under_passkits_dynamo_settings(torch.compile(model_or_fn, backend=compiled_backend, dynamic=dynamic))
     regions_step = _trace_once_step(compiled_backend.pipeline)
     if regions_step is not None and isinstance(model_or_fn, torch.nn.Module):
         compiled_backend.traced_once = tracing_each_layer_once(compiled, model_or_fn, regions_step.options.min_repeats,

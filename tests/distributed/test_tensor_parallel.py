@@ -21,6 +21,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from passkit._torch.versions import TORCH_2_15
+
 pytestmark = pytest.mark.slow
 
 DEADLINE_S = 420
@@ -176,7 +178,8 @@ SHAPES = {"mlp": [(4, 16), (6, 16)], "attention": [(2, 6, 16), (2, 8, 16)]}
 # the attention block's sequence length comes out specialized, and Dynamo compiles it again for
 # the second shape ("tensor 'x' size mismatch at index 1"); torch's own Inductor does not train
 # this block with dynamic=True at all (a RecursionError in ViewBackward0, torch 2.13 CPU).
-RECOMPILES = {"training dynamic": {"attention": 2}}
+# torch 2.15's Inductor keeps that length symbolic: one program takes both shapes there.
+RECOMPILES = {} if TORCH_2_15 else {"training dynamic": {"attention": 2}}
 
 
 def _checked_rank(rank: int, world: int, init_method: str, out_dir: str) -> None:

@@ -23,7 +23,8 @@ def quick_start() -> list[str]:
 
 def ci_commands() -> list[str]:
     """The commands .ci/run traces (between ``set -x`` and ``set +x``), less its own plumbing:
-    shell assignments and the ``|| exit $?`` that ``set -e`` needs after an ``&&`` list."""
+    shell assignments (``stage=...`` names the step a failure line reports) and the
+    ``|| exit $?`` that ``set -e`` needs after an ``&&`` list."""
     lines = (REPO / ".ci" / "run").read_text().splitlines()
     traced = lines[lines.index("set -x") + 1 : lines.index("set +x")]
     commands = [line.removesuffix(" || exit $?") for line in traced if line.strip()]

@@ -5,6 +5,7 @@ calling each distinct body once (``python``, the default), or lowered whole by I
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 from torch import nn
 
 import passkit
+from passkit._torch.versions import TORCH_2_15
 from passkit.examples import transformer
 from tiny_programs import regions_overlay
 
@@ -139,5 +141,10 @@ def test_a_second_backward_of_a_kept_graph_reads_the_saved_values_a_call_wrote_i
     for (name, p), q in zip(model.named_parameters(), eager.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
     assert _codegen_stats(compiled.passkit_reports[0])["graphs_calling_bodies"] == 2
-    backward = next((tmp_path / "dump").glob("*/*codegen.inductor-backward.py")).read_text()
-    assert "_donated; del " in backward.split("# body_0")[1]  # ``buf5 = relu_2_donated; del relu_2_donated  # reuse``
+    body = next((tmp_path / "dump").glob("*/*codegen.inductor-backward.py")).read_text().split("# body_0")[1]
+    # The body's backward takes its saved activations as donated: Inductor may write into them.
+    assert re.search(r"^\s+primals_\w+, .*\w_donated\b.* = args$", body, re.MULTILINE), body[:2000]
+    if not TORCH_2_15:
+        # torch 2.11-2.14's Inductor does write into one here; 2.15's scheduler reuses its own
+        # buffers in this body instead (the copies above are then never written, and still right).
+        assert "_donated; del " in body  # ``buf5 = relu_2_donated; del relu_2_donated  # reuse``
