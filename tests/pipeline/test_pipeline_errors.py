@@ -44,7 +44,7 @@ CASES = {
     ),
     "unknown key in settings, nothing close": (
         "[settings]\ncolour = 'red'\n",
-        "x.toml: settings.colour: unknown key; settings are verify, dump, dump_dir, on_error, repro_dir, report, rtol, atol, cache",
+        "x.toml: settings.colour: unknown key; settings are verify, dump, dump_dir, on_error, repro_dir, report, rtol, atol, cache, cache_wait",
     ),
     "bad settings value": (
         "[settings]\nverify = 'on'\n",

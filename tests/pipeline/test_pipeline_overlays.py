@@ -172,6 +172,7 @@ def test_settings_merge_key_by_key_with_origins(write, registry):
         "rtol": 1e-4,
         "atol": 1e-5,
         "cache": "on",
+        "cache_wait": 600.0,
     }
     assert pipeline.settings_origin == {
         "verify": "base.toml",
@@ -183,6 +184,7 @@ def test_settings_merge_key_by_key_with_origins(write, registry):
         "rtol": "<default>",
         "atol": "<default>",
         "cache": "<default>",
+        "cache_wait": "<default>",
     }
 
 
@@ -254,6 +256,7 @@ def test_explain_shows_every_value_and_the_file_that_set_it(write, registry):
             "rtol": {"value": 1e-4, "from": "<default>"},
             "atol": {"value": 1e-5, "from": "<default>"},
             "cache": {"value": "on", "from": "<default>"},
+            "cache_wait": {"value": 600.0, "from": "<default>"},
         },
         "steps": [
             {
