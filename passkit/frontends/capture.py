@@ -93,7 +93,13 @@ def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[
         info.made_by_function = info.alias_of_input is not None and made_by_function(out, fresh)
         infos.append(info)
     needs_grad = any(isinstance(x, torch.Tensor) and x.requires_grad for x in real_inputs)
-    training = torch.is_grad_enabled() and needs_grad and any(o.requires_grad for o in infos)
+    # An input that needs no grad but left the trace needing one was written, under autograd,
+    # with a value that does (``x.copy_(w)``): its new value carries history, as in torch's AOT.
+    gains_grad = any(
+        isinstance(x, torch.Tensor) and x.requires_grad and not (isinstance(r, torch.Tensor) and r.requires_grad)
+        for x, r in zip(fresh, real_inputs)
+    )
+    training = torch.is_grad_enabled() and needs_grad and (gains_grad or any(o.requires_grad for o in infos))
     return infos, training
 
 

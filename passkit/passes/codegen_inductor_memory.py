@@ -26,21 +26,25 @@ def mutations_to_write(program: Program, name: str) -> dict[int, int]:
 
     As torch's AOT keeps a buffer's mutation in the graph, Inductor then stores a BatchNorm's new
     running statistics straight into the buffers, in the kernel that computes them, instead of
-    returning a new tensor for the runtime to copy back. Only plain data writes to inputs that
-    need no gradient qualify, and only when no other output shares the input's memory (a saved
-    value must keep the old data). In an inference graph, which runs under ``no_grad``, so do
-    writes made under ``no_grad`` to inputs that need one: a compiled optimizer step updates its
-    parameters in the kernels that compute the update (``keep_inference_input_mutations``).
+    returning a new tensor for the runtime to copy back. Only plain data writes of values that
+    need no gradient to inputs that need none qualify, and only when no other output shares the
+    input's memory (a saved value must keep the old data). In an inference graph, which runs
+    under ``no_grad``, so do writes made under ``no_grad`` to inputs that need one: a compiled
+    optimizer step updates its parameters in the kernels that compute the update
+    (``keep_inference_input_mutations``).
     """
     gm, io = program.graphs[name], program.io(name)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     position = {d.index: p for p, d in enumerate(io.inputs) if d.kind in ("param", "buffer", "user")}
     outputs = list(next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0])
     storages = [_torch.storage_of(n.meta.get("val")) if isinstance(n, Node) else None for n in outputs]
+    # A new value that carries a gradient (``x.add_(w)`` into an input needing none) is copied
+    # back by the runtime under autograd, so that the input gets its history as in eager.
+    with_tangent = {d.index for d in program.io("backward").inputs if d.kind == "tangent"} if name == "forward" else set()
     written: dict[int, int] = {}
     for k, desc in enumerate(io.outputs):
         info = program.signature.inputs[desc.index] if desc.kind == "mutation" else None
-        if info is None or info.mutates_metadata or not info.mutates_data:
+        if info is None or info.mutates_metadata or not info.mutates_data or k in with_tangent:
             continue
         if info.requires_grad and not (name == "main" and info.mutated_under_no_grad):
             continue

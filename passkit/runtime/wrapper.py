@@ -72,7 +72,9 @@ def _mark_non_differentiable(ctx: Any, visible: tuple[Any, ...], slots: Sequence
     out = list(visible)
     for k in slots:
         value = out[k]
-        if isinstance(value, torch.Tensor) and ids.count(id(value)) > 1:
+        # Autograd leaves a view marked so needing grad (as a view made under ``no_grad``), but
+        # ``v.detach()`` returned beside ``v`` needs none in eager.
+        if isinstance(value, torch.Tensor) and (ids.count(id(value)) > 1 or value._is_view()):
             out[k] = value.detach()
     ctx.mark_non_differentiable(*(out[k] for k in slots if isinstance(out[k], torch.Tensor)))
     return tuple(out)
@@ -302,7 +304,10 @@ class CompiledProgram:
             return
         # Eager refuses a write autograd sees into a leaf that requires grad, so a write into one
         # that got here went through ``.detach()``: hidden from autograd, as it was there.
-        visible = info.requires_grad and not info.is_leaf and not info.mutated_under_no_grad
+        # An input that needs no grad, given a value that does (``x.add_(w)``), takes its history
+        # as eager's in-place op gives it (torch's AOT copies back under autograd alike).
+        visible = not info.mutated_under_no_grad and (
+            (info.requires_grad and not info.is_leaf) or (new.requires_grad and not target.requires_grad))
         if visible and torch.is_grad_enabled():
             target.copy_(new)  # differentiable: later uses see the new value's history
         else:
