@@ -133,5 +133,5 @@ def test_a_compile_cache_hit_prints_report_tables_table_with_no_step_times(workd
         lines = warm.stdout.splitlines()
         title = next(i for i, line in enumerate(lines) if line.startswith("pipeline "))
         assert lines[title].endswith("(graph 1, cache hit (folder): no step ran)"), warm.stdout
-        rows = lines[title + 3:next(i for i, line in enumerate(lines) if line.startswith("loaded from the compile cache in "))]
+        rows = lines[title + 3:next(i for i, line in enumerate(lines) if line.startswith("loaded from the compile cache (folder) in "))]
         assert rows and all(row.split()[3:5] in (["yes", "-"], ["no", "-"]) for row in rows), warm.stdout
