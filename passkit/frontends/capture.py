@@ -95,10 +95,7 @@ def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[
     needs_grad = any(isinstance(x, torch.Tensor) and x.requires_grad for x in real_inputs)
     # An input that needs no grad but left the trace needing one was written, under autograd,
     # with a value that does (``x.copy_(w)``): its new value carries history, as in torch's AOT.
-    gains_grad = any(
-        isinstance(x, torch.Tensor) and x.requires_grad and not (isinstance(r, torch.Tensor) and r.requires_grad)
-        for x, r in zip(fresh, real_inputs)
-    )
+    gains_grad = any(getattr(x, "requires_grad", False) > getattr(r, "requires_grad", False) for x, r in zip(fresh, real_inputs))
     training = torch.is_grad_enabled() and needs_grad and (gains_grad or any(o.requires_grad for o in infos))
     return infos, training
 
@@ -272,19 +269,11 @@ def program_from_graph(
     # (a flattened graph's joint already differentiates the graph over subclasses, ``source``).
     requires_grad = [info.requires_grad for info in inputs]
     lost = _what_forward_traces_lose(gm, fakes, requires_grad, fake_mode) if training and source is None else None
-    io = GraphIO(
-        inputs=[Desc(info.kind, i) for i, info in enumerate(inputs)],
-        outputs=[Desc("user", j) for j in range(len(outputs))],
-    )
+    io = GraphIO(inputs=[Desc(info.kind, i) for i, info in enumerate(inputs)],
+                 outputs=[Desc("user", j) for j in range(len(outputs))])
     signature = Signature(inputs=inputs, outputs=outputs, graph_io={"main": io})
-    program = Program(
-        graphs={"main": gm},
-        signature=signature,
-        example_inputs=fakes,
-        fake_mode=fake_mode,
-        facts={"captured"},
-        training=training,
-    )
+    program = Program(graphs={"main": gm}, signature=signature, example_inputs=fakes, fake_mode=fake_mode,
+                      facts={"captured"}, training=training)
     if lost is not None:
         _differentiate_as_captured(program, _copy_of(gm), real_inputs, lost)
     return program

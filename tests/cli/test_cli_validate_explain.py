@@ -71,17 +71,18 @@ def test_explain_shows_where_each_value_came_from(cli, registry, workdir, good_t
         "files: good.toml -> child.toml\n"
         "\n"
         "settings:\n"
-        "key        value           set by\n"
-        "---------  --------------  ----------\n"
-        'verify     "facts"         good.toml\n'
-        'dump       "all"           child.toml\n'
-        'dump_dir   "passkit-dump"  <default>\n'
-        'on_error   "raise"         <default>\n'
-        "repro_dir  none            <default>\n"
-        'report     ""              <default>\n'
-        "rtol       0.0001          <default>\n"
-        "atol       1e-05           <default>\n"
-        'cache      "on"            <default>\n'
+        "key         value           set by\n"
+        "----------  --------------  ----------\n"
+        'verify      "facts"         good.toml\n'
+        'dump        "all"           child.toml\n'
+        'dump_dir    "passkit-dump"  <default>\n'
+        'on_error    "raise"         <default>\n'
+        "repro_dir   none            <default>\n"
+        'report      ""              <default>\n'
+        "rtol        0.0001          <default>\n"
+        "atol        1e-05           <default>\n"
+        'cache       "on"            <default>\n'
+        "cache_wait  600.0           <default>\n"
         "\n"
         "steps:\n"
         "#  step          tolerance  set by\n"

@@ -66,7 +66,7 @@ def test_an_unknown_option_is_a_one_line_passkit_error() -> None:
         compiled(torch.randn(4))
     assert str(info.value) == (
         "passkit: torch.compile options: unknown key 'pipline' "
-        "(keys: pipeline, verify, dump, dump_dir, on_error, repro_dir, report, rtol, atol, cache)"
+        "(keys: pipeline, verify, dump, dump_dir, on_error, repro_dir, report, rtol, atol, cache, cache_wait)"
     )
 
 

@@ -43,8 +43,6 @@ KNOWN_GAPS: dict[str, Gap] = {
     "nn.CTCLoss": _data_dependent(),
     "nn.functional.gaussian_nll_loss": _data_dependent(" (an if on a tensor's value)"),
     "nn.GaussianNLLLoss": _data_dependent(" (an if on a tensor's value)"),
-    "tensor_split": _data_dependent(" (split points given as a tensor: read through .item(), each output's offset is an "
-                                    "unbacked symbol the training capture reads as a number)"),
     "sparse.mm.reduce": _SPARSE,
     "sparse.sampled_addmm": _SPARSE,
     "to_sparse": _SPARSE,

@@ -74,13 +74,13 @@ def test_numerics_verification_names_the_backward_when_only_gradients_deviate(tm
 
 SHIPPED = sorted(path.stem for path in (Path(passkit.__file__).parent / "pipelines").glob("*.toml"))
 MOUNTED = ["inductor-post-grad"]  # its steps run in stock Inductor's slots (docs/inductor-slots.md)
-EXPORTS = ["export"]  # passkit.export's: no code to call (tests/frontends/test_export.py)
+EXPORTS = ["edge", "export"]  # passkit.to_executorch's and passkit.export's: no code to call (tests/frontends/test_export.py, test_executorch.py)
 
 
 def test_the_shipped_pipelines_are_the_documented_ones() -> None:
-    assert SHIPPED == ["debug", "export", "inductor-post-grad", "inference", "inference-python", "training", "training-python"]
+    assert SHIPPED == ["debug", "edge", "export", "inductor-post-grad", "inference", "inference-python", "training", "training-python"]
     assert all(passkit.load_pipeline(name).mounted == (name in MOUNTED) for name in SHIPPED)
-    assert all((passkit.load_pipeline(name).kind == "export") == (name in EXPORTS) for name in SHIPPED)
+    assert all((passkit.load_pipeline(name).kind in ("export", "edge")) == (name in EXPORTS) for name in SHIPPED)
 
 
 def test_an_export_pipeline_is_refused_where_code_is_compiled() -> None:
