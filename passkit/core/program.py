@@ -80,8 +80,10 @@ class OutputInfo:
     alias_of_input: int | None = None
     is_input: bool = False
     alias_of_output: int | None = None
-    # size, stride, storage offset; a symbolic one (any size) is ``None``, read off the computed view
-    view: tuple[tuple[int | None, ...], tuple[int | None, ...], int | None] | None = None
+    # size, stride, storage offset; a symbolic one (any size) is its sympy expression, whose
+    # symbols ``view_symbols`` (``_torch.SymbolSource``s) say where to read in a call's inputs
+    view: tuple[tuple[Any, ...], tuple[Any, ...], Any] | None = None
+    view_symbols: tuple[Any, ...] = ()
     multi_output_view: bool = False  # made by ``unbind``/``split``: autograd forbids writing to it
     detached: bool = False  # shares an input's memory without being its view (``detach()``)
     # An autograd.Function's result (perhaps viewed after) that shares an input's memory: made

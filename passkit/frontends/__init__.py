@@ -5,6 +5,7 @@
 - ``aot``: ``aot_function`` and ``aot_module`` (``make_fx``, no Dynamo);
 - ``capture``: a ``Program`` built from Dynamo's graph or from ``make_fx``;
 - ``graph_attributes``: parameters Dynamo leaves on its graph, lifted into program inputs;
+- ``synthetic_base``: two views of one tensor, one written, compiled over the memory they share;
 - ``recompiles``: the line that opens each (re)compile; ``user_warnings``: warnings at the
   user's line; ``compile_options``: the settings a caller passes beside the pipeline;
 - ``saved_limit``: ``max_saved`` across the graphs Dynamo splits one model into;

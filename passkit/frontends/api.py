@@ -36,6 +36,7 @@ from passkit.core.progress import ProgressEvent, send
 from passkit.frontends.recompiles import CompileAnnouncer
 from passkit.core.report import Report
 from passkit.frontends.saved_limit import SavedLedger, limited_steps
+from passkit.frontends.synthetic_base import merge_written_views
 from passkit.regions.stamped import StampedRegionError, refuse_regions_reading_other_layers
 from passkit.runtime.subclasses import flatten_subclasses, with_subclasses
 from passkit.regions.traced_once import tracing_each_layer_once
@@ -134,6 +135,10 @@ class PasskitBackend:
         send(self.progress, event)
 
     def _compile_graph(self, gm: GraphModule, inputs: Sequence[Any], pipeline: Any) -> tuple[Callable[..., Any], Report]:
+        merged = merge_written_views(gm, inputs)
+        if merged is not None:
+            compiled, report = self._compile_graph(merged.gm, merged.inputs, pipeline)
+            return merged.bind(compiled, gm.forward), report
         # An optimizer's parameters and state reach the graph as attributes; as inputs, their
         # updates are recorded and written back in place like any mutated input's.
         gm, lifted = lift_attributes(gm)

@@ -65,6 +65,7 @@ def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[
     """
     traced = _traced_values(gm)
     fresh, outs = traced if traced is not None else _run_on_fresh_fakes(gm, real_inputs)
+    sources = _torch.symbol_sources(fresh)
     storages = {
         _torch.StorageWeakRef(x.untyped_storage()): i
         for i, x in enumerate(fresh)
@@ -87,7 +88,7 @@ def _analyse_outputs(gm: GraphModule, real_inputs: Sequence[Any]) -> tuple[list[
             elif base_output is not None:
                 info.alias_of_output = base_output
             if base is not None or base_output is not None:
-                info.view = recorded_geometry(out)
+                info.view, info.view_symbols = recorded_geometry(out, fresh[base] if base is not None else outs[base_output], sources)
                 info.multi_output_view = _torch.is_multi_output_view(out)
                 info.detached = base is not None and not out._is_view() and not out.requires_grad
         info.made_by_function = info.alias_of_input is not None and made_by_function(out, fresh)

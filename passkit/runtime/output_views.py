@@ -4,8 +4,9 @@ An output that views an intermediate is made outside the wrapper's ``autograd.Fu
 base (so in-place writes to it work as in eager), unless the view reads an element of its base
 twice, whose gradient the base's cannot give; an output an ``autograd.Function`` made that shares
 an input's memory is made as a view of that input inside the wrapper's Function (so its gradient
-passes the compiled backward); a recorded view's geometry is read off the computed value where
-capture saw it symbolic; and an alias in another dtype is made differentiably.
+passes the compiled backward); a recorded view's symbolic geometry is read off the computed
+value where that is the view, else evaluated with the call's sizes; and an alias in another
+dtype is made differentiably.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
+
+from passkit import _torch
 
 if TYPE_CHECKING:
     from passkit.runtime.wrapper import CompiledProgram
@@ -96,38 +99,61 @@ def grads_of_views(view_geometry: dict[int, tuple[Geometry, Geometry]], grad_out
     return tuple(grads)
 
 
-def recorded_geometry(out: torch.Tensor) -> tuple[tuple[int | None, ...], tuple[int | None, ...], int | None]:
-    """An aliasing output's size, stride and offset, each symbolic one (a graph Dynamo compiled
-    for any size) left ``None``: the runtime reads those off the computed view, and the program
-    holds no symbol of a fake mode (snapshots and reproducers copy it)."""
-    def known(value: Any) -> int | None:
-        return None if isinstance(value, torch.SymInt) else int(value)
+def recorded_geometry(out: torch.Tensor, base: torch.Tensor, sources: dict[Any, Any]) -> tuple[Any, tuple[Any, ...]]:
+    """An aliasing output's size, stride and offset from ``base``'s (a later call's input may
+    start elsewhere in its memory: a view of a larger tensor), each symbolic one (a graph Dynamo
+    compiled for any size) kept as its sympy expression, and the ``_torch.SymbolSource``s of the
+    symbols those use (``sources``: every symbol the graph's inputs bind). Plain sympy, so the
+    program holds no symbol of a fake mode (snapshots and reproducers copy it)."""
+    used: set[Any] = set()
 
-    return tuple(map(known, out.shape)), tuple(map(known, out.stride())), known(out.storage_offset())
+    def known(value: Any) -> Any:
+        if isinstance(value, torch.SymInt):
+            used.update(value.node.expr.free_symbols)
+            return value.node.expr
+        return int(value)
+
+    offset = known(out.storage_offset() - base.storage_offset())
+    view = tuple(map(known, out.shape)), tuple(map(known, out.stride())), offset
+    return view, tuple(sources[s] for s in sorted(used, key=str) if s in sources)
 
 
-def geometry_now(view: Any, value: Any, base: torch.Tensor) -> Geometry | None:
-    """The geometry of a recorded view for this call. Recorded with symbolic sizes (a graph Dynamo
-    compiled for any size; capture leaves those ``None``) it is the compiled value's own where that
-    value is the view of ``base`` itself; ``None`` where it is not (a code generator's copy): then
-    no alias can be made."""
+def geometry_now(view: Any, value: Any, base: torch.Tensor, inputs: Sequence[Any] = (),
+                 symbols: Sequence[Any] = ()) -> Geometry | None:
+    """The geometry of a recorded view (offset from ``base``'s) for this call. Recorded with
+    symbolic sizes (a graph Dynamo compiled for any size), it is the compiled value's own where
+    that value is the view of ``base`` itself; otherwise (a code generator's copy) each
+    expression is evaluated with the symbols read off this call's ``inputs`` (``symbols``:
+    ``_torch.SymbolSource``s). ``None`` where a symbol has no source: then no alias can be made."""
     size, stride, offset = view
     if all(isinstance(v, int) for v in (*size, *stride, offset)):
-        return view
+        return size, stride, base.storage_offset() + offset
     if isinstance(value, torch.Tensor) and value.untyped_storage().data_ptr() == base.untyped_storage().data_ptr():
         return tuple(value.size()), tuple(value.stride()), value.storage_offset()
-    return None
+    bindings = {source[0]: _torch.read_symbol(source, inputs) for source in symbols}
+
+    def evaluate(entry: Any) -> int | None:
+        if isinstance(entry, int):
+            return entry
+        known = entry.xreplace(bindings)
+        return int(known) if isinstance(known, int) or known.is_number else None
+
+    values = [evaluate(v) for v in (*size, *stride, offset)]
+    if any(v is None for v in values):
+        return None
+    rank = len(size)
+    return tuple(values[:rank]), tuple(values[rank:-1]), base.storage_offset() + values[-1]  # type: ignore[return-value, operator]
 
 
-def views_of_inputs_made_here(outs: Sequence[Any], args: Sequence[Any], slots: Sequence[tuple[int, int, Any]]) -> list[Any]:
+def views_of_inputs_made_here(outs: Sequence[Any], args: Sequence[Any], slots: Sequence[tuple[int, int, Any, Any]]) -> list[Any]:
     """Each ``made_by_function`` output as a view of its input, made inside the Function: it shares
     the input's memory as in eager whatever the code generator returned (Inductor copies), and its
     gradient passes the compiled backward, which runs the user's Function's own."""
     outs = list(outs)
-    for k, index, view in slots:
+    for k, index, view, symbols in slots:
         value, base = outs[k], args[index]
         if isinstance(value, torch.Tensor) and isinstance(base, torch.Tensor) and value.dtype == base.dtype:
-            geometry = geometry_now(view, value, base)
+            geometry = geometry_now(view, value, base, args, symbols)
             if geometry is not None:
                 outs[k] = base.as_strided(*geometry)
     return outs

@@ -3,7 +3,8 @@
 Functionalization treats every input as its own memory. When two distinct tensors passed in
 are views of one base (AOT Autograd's "synthetic base" case) and the program writes to one,
 eager's other view sees the write and the compiled program's does not: a silent wrong value.
-Calls where such views overlap are refused with one line; the check runs on every call because the compiled
+Dynamo's graphs merge such views where they can (``frontends/synthetic_base``); calls where
+views that remain overlap are refused with one line; the check runs on every call because the compiled
 program is reused for any inputs of the same shapes. Whether two live tensors overlap depends
 only on where their bytes start and their sizes and strides, so a program with static shapes
 remembers the start addresses it last found clean and skips the check while they stay the same

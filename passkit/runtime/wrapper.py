@@ -195,7 +195,7 @@ class CompiledProgram:
         # Outputs an autograd.Function made that share an input's memory (torch's
         # ``custom_function_view``): made inside the wrapper's Function, never from the input.
         self.function_views: list[tuple[int, int, Any]] = [
-            (k, info.alias_of_input, info.view)  # type: ignore[misc]
+            (k, info.alias_of_input, info.view, info.view_symbols)  # type: ignore[misc]
             for k, info in zip(self.user_slots, sig.outputs)
             if info.made_by_function and info.alias_of_input is not None and info.view is not None
         ] if self.training else []
@@ -288,7 +288,8 @@ class CompiledProgram:
             # in-place changes to either behave as in eager (autograd rejects in-place changes
             # to several views returned by one autograd.Function).
             for k, j in self.views_of_outputs:
-                geometry = geometry_now(self.outputs[k].view, visible[self.user_slots[k]], outputs[j])  # type: ignore[arg-type]
+                info = self.outputs[k]
+                geometry = geometry_now(info.view, visible[self.user_slots[k]], outputs[j], args, info.view_symbols)
                 if geometry is not None:
                     outputs[k] = outputs[j].as_strided(*geometry)
         return tuple(outputs)
@@ -323,9 +324,9 @@ class CompiledProgram:
             return base
         if info.detached or (base.requires_grad and not info.requires_grad):
             base = base.detach()  # ``a.detach()`` returned: shares a's memory, not its history
-        geometry = geometry_now(info.view, value, base)  # type: ignore[arg-type]
+        geometry = geometry_now(info.view, value, base, args, info.view_symbols)  # type: ignore[arg-type]
         if geometry is None:
-            return value  # a copy where the recorded view has symbolic sizes: the computed value, unaliased
+            return value  # a symbol no input gives: the computed value, unaliased
         size, stride, offset = geometry
         if info.detached and (tuple(base.shape), base.stride(), base.storage_offset()) == (size, stride, offset):
             return base  # not a view, as eager's
