@@ -61,10 +61,25 @@ def edge_verifiers() -> list[Any]:
     return [EXIREdgeDialectVerifier(_config(check_ir=False), class_only=True)]
 
 
+
+
 def edge_delegate(edge: torch.export.ExportedProgram, partitioners: Sequence[str]) -> torch.export.ExportedProgram:
-    """The Edge program ``edge`` with what each partitioner takes delegated to its backend."""
+    """The Edge program ``edge`` with what each partitioner takes delegated to its backend.
+
+    Handed over without the metadata that names the user's modules (the compile cache drops it
+    too, so a compiled and a loaded program delegate alike). XNNPACK's ConvertToLinearPass takes
+    the nodes of one ``nn.Linear`` (by that metadata) for a partition whose input is what enters
+    them; after ``fx.cse`` one ``view`` feeds two modules' matmuls (Llama's gate and up
+    projections), and the second linear was made from the 2-D view with its 3-D output's shape
+    ("Attempting to broadcast a dimension of length 24"). Without it each ``mm`` becomes a
+    linear by its own shapes."""
     from executorch.exir import EdgeProgramManager
 
+    from passkit._torch.graph_pickle import MODULE_META
+
+    for node in edge.graph.nodes:
+        for key in MODULE_META & node.meta.keys():
+            del node.meta[key]
     manager = EdgeProgramManager({"forward": edge}, compile_config=_config())
     for name in partitioners:
         manager = manager.to_backend(_partitioner(name))

@@ -34,11 +34,11 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from passkit._torch.executorch import edge_reduction
 
-__all__ = ["dumps_graphs", "loads_graphs"]
+__all__ = ["MODULE_META", "dumps_graphs", "loads_graphs"]
 
 _STATE = "passkit-unpickle-state"
 # Metadata that names the user's classes or holds frames: not needed to run, not portable.
-_DROPPED_META = frozenset({"nn_module_stack", "source_fn_stack", "fwd_source_fn_stack", "fwd_nn_module_stack"})
+MODULE_META = frozenset({"nn_module_stack", "source_fn_stack", "fwd_source_fn_stack", "fwd_nn_module_stack"})
 
 
 class _State:
@@ -183,7 +183,7 @@ class _Pickler(pickle.Pickler):
         nodes = [
             (node.op, node.name, node.target, torch.fx.node.map_aggregate(node.args, ref),
              torch.fx.node.map_aggregate(node.kwargs, ref), node.type,
-             {k: v for k, v in node.meta.items() if k not in _DROPPED_META})
+             {k: v for k, v in node.meta.items() if k not in MODULE_META})
             for node in gm.graph.nodes
         ]
         return _graph_module, (fields, nodes, gm.graph._codegen)

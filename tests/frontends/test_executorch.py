@@ -29,14 +29,6 @@ from executorch.runtime import Runtime  # noqa: E402
 from passkit import _torch  # noqa: E402
 from passkit.frontends.executorch import pte_record, with_partitioners  # noqa: E402
 
-# ExecuTorch 1.5.1's ConvertToLinearPass (inside XNNPACK's lowering) fails on Llama's program in
-# some processes and not in others of the same code: it depends on PYTHONHASHSEED (seed 0 fails,
-# 1 and 2 pass), so on some set's order inside ExecuTorch. Not fixed yet: these cases may fail.
-LLAMA_XNNPACK = pytest.mark.xfail(
-    strict=False, reason="ExecuTorch's ConvertToLinearPass fails on Llama for some PYTHONHASHSEED values",
-)
-
-
 def _on_runtime(path: str | Path, exported: torch.export.ExportedProgram, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
     """The ``.pte`` at ``path`` run on the ExecuTorch runtime (``executorch.runtime``). The program
     stays referenced while its method runs (the method reads its memory)."""
@@ -86,9 +78,7 @@ DEVICE_MODELS = {
 @pytest.mark.parametrize("partitioners", [("xnnpack",), ()], ids=["xnnpack", "portable"])
 @pytest.mark.parametrize("name", list(DEVICE_MODELS))
 def test_a_model_runs_from_a_pte_on_the_executorch_runtime_equal_to_eager(name: str, partitioners: tuple[str, ...],
-                                                                           tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    if name == "llama" and partitioners:
-        request.applymarker(LLAMA_XNNPACK)
+                                                                           tmp_path: Path) -> None:
     torch.manual_seed(0)
     model, args, kwargs = DEVICE_MODELS[name]()
     exported = passkit.export(copy.deepcopy(model), args, kwargs)
@@ -260,10 +250,7 @@ def test_what_to_executorch_is_handed_is_checked_in_one_line(tmp_path: Path) -> 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_the_cli_writes_a_pte_runs_it_on_the_runtime_and_records_the_pipeline_beside_it(name: str, tmp_path: Path,
-                                                                                       monkeypatch: pytest.MonkeyPatch,
-                                                                                       request: pytest.FixtureRequest) -> None:
-    if name == "llama":
-        request.applymarker(LLAMA_XNNPACK)
+                                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
     from passkit.cli import main
