@@ -15,7 +15,8 @@ as on one node):
 - ``inductor``: ``torch.compile`` with its default caches (FX graph cache, AOT autograd cache)
   in the one Inductor folder.
 
-Each process imports torch, builds the model, says it is ready and waits; when all are ready
+Each process imports torch and passkit, with the compiler modules each imports on first use
+(Dynamo, Inductor, passkit's frontends), builds the model, says it is ready and waits; when all are ready
 they start together. The measured section is the compile and the first training step (forward,
 backward): its wall time, and its CPU time (the process's own and its reaped children's: g++,
 with ``TORCHINDUCTOR_COMPILE_THREADS=1`` so that no worker pool hides CPU). Per way: wall time
@@ -71,8 +72,15 @@ def child(way: str, model_name: str, pipeline: str, folder: Path, out: Path) -> 
 
         def loss_of(call: object) -> torch.Tensor:
             return call(input_ids=ids, labels=ids).loss
+    # Imports are not the compile: torch imports its compiler (Dynamo, Inductor) and passkit its
+    # frontends on first use, so both ways import them here, before the measured section.
+    import torch._dynamo.trace_rules  # noqa: F401
+    import torch._dynamo.variables  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
+
     if way != "inductor":
         import passkit
+        import passkit.frontends.api  # noqa: F401 - what ``passkit.compile`` imports when first used
     (folder / f"ready.{os.getpid()}").touch()
     while not (folder / "go").exists():
         time.sleep(0.01)
