@@ -7,6 +7,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+from dataclasses import asdict
 from importlib.machinery import SourceFileLoader
 from pathlib import Path
 
@@ -36,6 +37,20 @@ def test_it_counts_the_last_summary_after_its_start(matrix, tmp_path: Path) -> N
     log.write_text(earlier + "=== 3 failed, 1630 passed, 2 skipped, 14 xfailed, 1 error in 18m ===\n")
     counts = matrix.test_counts(log, len(earlier.encode()))
     assert counts == {"passed": 1630, "failed": 3, "skipped": 2, "xfailed": 14, "errors": 1}
+
+
+def test_it_reads_the_step_times_step_time_py_writes(matrix) -> None:
+    sys.path.insert(0, str(TOOL.parents[1] / "benchmarks"))
+    try:
+        from step_time import WorkloadResult
+    finally:
+        sys.path.pop(0)
+    contenders = {"eager": {"median_ms": 200.0}, "inductor": {"median_ms": 180.0},
+                  "passkit:training": {"median_ms": 150.0, "vs_inductor_paired": 0.92}}
+    payload = json.loads(json.dumps({"workloads": {"large": asdict(WorkloadResult("large", 5, 1, contenders, []))}}))
+    assert matrix.step_figures(payload) == {"training_ms": 150.0, "inductor_ms": 180.0, "vs_inductor_paired": 0.92}
+    del contenders["inductor"]  # Inductor's compile failed: no ratio, not a crash
+    assert matrix.step_figures({"workloads": {"large": asdict(WorkloadResult("large", 5, 1, contenders, []))}}) is None
 
 
 def test_a_bad_version_is_one_line_and_exit_2(tmp_path: Path) -> None:
