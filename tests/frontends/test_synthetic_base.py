@@ -102,3 +102,20 @@ def test_views_that_need_grad_are_still_refused_in_one_line() -> None:
     base = leaf * 1
     with pytest.raises(passkit.PasskitError, match=r"^passkit: inputs \d and \d share memory"):
         compiled(base[0], base[0])
+
+
+def test_views_two_rows_into_a_larger_tensor_run_as_eager() -> None:
+    # The compiled graph re-makes each view where it lay at compile time; a call whose views lie
+    # elsewhere in their memory must still write the caller's tensor as eager does.
+    torch._dynamo.reset()
+    compiled = torch.compile(_view_written_beside_its_base, backend=passkit.backend("training-python"))
+    with torch.no_grad():
+        compiled(torch.randn(3, 4))  # compiled with the views at the start of their memory
+        larger = torch.randn(6, 4)
+        expected_base = larger.clone()
+        expected = _view_written_beside_its_base(expected_base[2:5])
+        got = compiled(larger[2:5])  # the same sizes, two rows into a larger tensor
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(larger, expected_base)
+    assert got[1].untyped_storage().data_ptr() == larger.untyped_storage().data_ptr()
