@@ -91,14 +91,16 @@ def child(way: str, model_name: str, pipeline: str, folder: Path, out: Path) -> 
         compiled = passkit.compile(model, pipeline=pipeline, **({"cache_wait": 0} if way == "folder" else {}))
     loss_of(compiled).backward()
     wall, cpu = time.perf_counter() - wall, _cpu() - cpu
-    if way == "inductor":
-        from torch._dynamo.utils import counters  # not passkit's helper: this process never imports passkit
+    from torch._dynamo.utils import counters  # not passkit's helper: an Inductor process never imports passkit
 
-        ran, source = int(counters["inductor"].get("fxgraph_cache_miss", 0)) > 0, "inductor"
+    inductor_misses = int(counters["inductor"].get("fxgraph_cache_miss", 0))
+    if way == "inductor":
+        ran, source = inductor_misses > 0, "inductor"
     else:
         ran = any(report.cache != "hit" for report in compiled.passkit_reports)
         source = ",".join(sorted({report.source for report in compiled.passkit_reports})) or "compiled"
-    out.write_text(json.dumps({"wall": wall, "cpu": cpu, "ran": ran, "source": source, "done": time.time()}))
+    out.write_text(json.dumps({"wall": wall, "cpu": cpu, "ran": ran, "source": source, "done": time.time(),
+                               "inductor_misses": inductor_misses}))
 
 
 def run_way(way: str, model: str, pipeline: str, procs: int, base: Path, env: dict[str, str]) -> dict:
@@ -125,7 +127,8 @@ def run_way(way: str, model: str, pipeline: str, procs: int, base: Path, env: di
         raise SystemExit(f"{way}/{model}: process {failed[0]} failed:\n{(base / f'err{failed[0]}.txt').read_text()[-3000:]}")
     results = [json.loads(out.read_text()) for out, _ in children]
     return {"wall": max(r["done"] for r in results) - started, "cpu": sum(r["cpu"] for r in results),
-            "ran": sum(r["ran"] for r in results), "sources": sorted({r["source"] for r in results}), "procs": procs}
+            "ran": sum(r["ran"] for r in results), "cpu_each": [round(r["cpu"], 2) for r in results],
+            "inductor_misses_each": [r["inductor_misses"] for r in results], "sources": sorted({r["source"] for r in results}), "procs": procs}
 
 
 def measure(model: str, pipeline: str, procs: int, ways: list[str]) -> dict[str, dict]:

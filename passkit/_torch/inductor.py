@@ -13,7 +13,8 @@ import torch.fx
 from torch.fx import GraphModule, Node
 
 from passkit._torch.inductor_cache import fakes_with_shape_env, static_input_specs
-from passkit._torch.inductor_warm import GraphKey, cpu_probes_settled, graph_key_given, graph_key_of, start_cpu_probes
+from passkit._torch.cpu_probes import cpu_probes_settled, start_cpu_probes
+from passkit._torch.inductor_warm import GraphKey, graph_key_given, graph_key_of
 from passkit._torch.hops import calls_higher_order, graph_and_subgraphs
 from passkit._torch.region_calls import RegionCalls, compile_region_calls
 from passkit._torch.tracing import BERNOULLI_IN_LAYOUT, fake_mode_of, new_fake_mode

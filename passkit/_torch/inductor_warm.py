@@ -1,5 +1,5 @@
 """Own what makes Inductor's start in a warm process cheap: the FX graph cache key a compile
-cache entry stores, and Inductor's once-per-process CPU probes run early.
+cache entry stores, and the CPU capability an entry is keyed on.
 
 - **The stored key.** On a hit, ``codegen.inductor``'s compile cache runs Inductor's inner
   compiler on the stored graph again, so Inductor's FX graph cache finds the code it generated.
@@ -11,27 +11,20 @@ cache entry stores, and Inductor's once-per-process CPU probes run early.
   version, the CPU's vector capability) is in passkit's own entry key, so a stored key is only
   used where Inductor would have computed the same one. Where torch's ``prepare_key`` is not the
   one this was written for, the key is computed as before.
-- **The probes.** Before its first C++ kernel Inductor checks which vector instructions the
-  CPU and compiler support: it loads a probe library per instruction set in a fresh Python
-  process (``valid_vec_isa_list``), about 1.8 s that every process pays once, cache hit or not.
-  ``start_cpu_probes`` runs them on a daemon thread when the backend is built, so the child
-  processes run on another core while Dynamo traces and the entry loads. Every passkit call
-  into Inductor waits for that thread first (``cpu_probes_settled``): the probes never run twice
-  at once, and no passkit graph compiles while the answer is still open. (An earlier version did
-  not wait, and a process could compile with another instruction set than the next one chose.)
+Inductor's CPU probes, the other once-per-process cost of a warm start, are
+``passkit._torch.cpu_probes``'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import inspect
 import threading
 from typing import Any, Iterator
 
 import torch
 
-__all__ = ["cpu_capability", "cpu_probes_settled", "graph_key_given", "graph_key_of", "start_cpu_probes"]
+__all__ = ["cpu_capability", "graph_key_given", "graph_key_of"]
 
 GraphKey = tuple[str, list[str]]  # Inductor's FX graph cache key and its debug lines
 
@@ -98,40 +91,3 @@ def cpu_capability() -> str:
         return str(torch.backends.cpu.get_cpu_capability())
     except Exception:  # noqa: BLE001 - an unknown capability only makes keys more specific
         return "unknown"
-
-
-_probes: threading.Thread | None = None
-_probes_lock = threading.Lock()
-
-
-def start_cpu_probes() -> None:
-    """Run Inductor's CPU vector-instruction probes on a daemon thread, once per process. Not
-    where CUDA is present (the first kernels are Triton's), nor once the answer is known."""
-    global _probes
-    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
-
-    with _probes_lock:
-        cache_info = getattr(valid_vec_isa_list, "cache_info", None)  # a functools cache on 2.11-2.13
-        if _probes is not None or torch.cuda.is_available() or cache_info is None or cache_info().currsize:
-            return
-
-        # The probes import torch.utils.cpp_extension, and with it setuptools, whose distutils
-        # shim puts a finder into sys.meta_path and takes it out again. An import on another
-        # thread that walks sys.meta_path meanwhile skips a finder, the path finder among them,
-        # and fails: Dynamo's trace, importing torch.distributed.tensor.experimental, did
-        # (ModuleNotFoundError, now and then). So that import happens here, before the thread.
-        importlib.import_module("torch.utils.cpp_extension")
-
-        def probe() -> None:
-            with contextlib.suppress(Exception):  # Inductor probes again, and reports, when it needs them
-                valid_vec_isa_list()
-
-        _probes = threading.Thread(target=probe, name="passkit-inductor-cpu-probes", daemon=True)
-        _probes.start()
-
-
-def cpu_probes_settled() -> None:
-    """Wait for ``start_cpu_probes``'s thread, if one runs: call before handing Inductor a graph."""
-    probes = _probes
-    if probes is not None and probes is not threading.current_thread():
-        probes.join()

@@ -401,13 +401,13 @@ def test_a_long_codegen_beats_with_the_kernels_generated_so_far(
 PROBES_CHILD = """
 import threading
 import passkit
-from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+from torch._inductor import cpu_vec_isa
 
 passkit.backend("training")  # builds the backend: codegen.inductor's prepare runs, no graph compiles
 probes = [t for t in threading.enumerate() if t.name == "passkit-inductor-cpu-probes"]
 for probe in probes:
     probe.join(300)
-print(len(probes), valid_vec_isa_list.cache_info().currsize)
+print(len(probes), cpu_vec_isa.valid_vec_isa_list.cache_info().currsize)  # probed, or this machine's answer adopted
 """
 
 
@@ -437,14 +437,22 @@ class Watched(list):
 
 
 sys.meta_path = Watched(sys.meta_path)
-from passkit._torch import inductor_warm
+from passkit._torch import cpu_probes
 
-inductor_warm.start_cpu_probes()
+cpu_probes.start_cpu_probes()
 probes = [t for t in threading.enumerate() if t.name == "passkit-inductor-cpu-probes"]
 for probe in probes:
     probe.join(300)
 print(len(probes), Watched.changed_elsewhere)
 """
+
+
+def _cold_inductor_folder(tmp_path) -> dict[str, str]:
+    """A child's environment with an Inductor cache folder of its own: no recorded probe answer
+    (``passkit._torch.cpu_probes``), so the probe thread runs."""
+    import os
+
+    return {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA present the first kernels are Triton's: no CPU probes")
@@ -455,7 +463,7 @@ def test_the_probe_thread_leaves_the_import_system_alone_while_dynamo_imports(tm
     import sys
 
     done = subprocess.run([sys.executable, "-c", PROBES_LEAVE_META_PATH_CHILD], capture_output=True, text=True,
-                          timeout=600, cwd=tmp_path)
+                          timeout=600, cwd=tmp_path, env=_cold_inductor_folder(tmp_path))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split("\n")[0] == "1 []"
 
@@ -469,6 +477,6 @@ def test_building_the_backend_runs_inductors_cpu_probes_on_a_thread_before_any_g
     import sys
 
     done = subprocess.run([sys.executable, "-c", PROBES_CHILD], capture_output=True, text=True, timeout=600,
-                          cwd=tmp_path)
+                          cwd=tmp_path, env=_cold_inductor_folder(tmp_path))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["1", "1"]  # one probe thread, and the probes' result is cached
