@@ -119,3 +119,40 @@ def test_views_two_rows_into_a_larger_tensor_run_as_eager() -> None:
         torch.testing.assert_close(a, b)
     torch.testing.assert_close(larger, expected_base)
     assert got[1].untyped_storage().data_ptr() == larger.untyped_storage().data_ptr()
+
+
+def test_a_call_whose_views_lie_elsewhere_runs_dynamos_graph_after_one_warning() -> None:
+    # Dynamo recompiles when the views' offsets change, so no call through torch.compile has
+    # reached this guard; here the backend is handed Dynamo's graph, then called with the same
+    # views eight elements further into their memory.
+    from passkit.frontends.synthetic_base import merge_written_views
+
+    graphs: list[tuple[Any, list[Any]]] = []
+
+    def record(gm: Any, inputs: list[Any]) -> Any:
+        graphs.append((gm, list(inputs)))
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(_view_written_beside_its_base, backend=record)(torch.randn(3, 4))
+    [(gm, inputs)] = [(gm, inputs) for gm, inputs in graphs if merge_written_views(gm, inputs) is not None]
+    call = passkit.backend("training-python", cache="off")(gm, inputs)
+
+    def views_into(memory: torch.Tensor) -> list[torch.Tensor]:
+        return [memory.as_strided(f.shape, f.stride(), f.storage_offset() + 8) for f in inputs]
+
+    memory = torch.randn(40, generator=torch.Generator().manual_seed(0))
+    expected_memory = memory.clone()
+    with torch.no_grad():
+        expected = gm.forward(*views_into(expected_memory))
+        with pytest.warns(RuntimeWarning) as caught:
+            got = call(*views_into(memory))
+        again = call(*views_into(memory.clone()))  # one warning, not one per call
+    assert [str(w.message) for w in caught] == [
+        "passkit: input 0 shares memory with another input the graph writes, laid out otherwise than when it "
+        "was compiled; such calls run Dynamo's graph eagerly"
+    ]
+    assert len(again) == len(got)
+    torch.testing.assert_close(list(got), list(expected))
+    torch.testing.assert_close(memory, expected_memory)  # the caller's memory written as eager writes it
