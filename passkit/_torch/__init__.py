@@ -55,9 +55,9 @@ from passkit._torch.inductor import __all__ as _inductor
 from passkit._torch.inductor_cache import *  # noqa: F403
 from passkit._torch.inductor_cache import __all__ as _inductor_cache
 from passkit._torch.inductor_warm import *  # noqa: F403
+from passkit._torch.inductor_warm import __all__ as _inductor_warm
 from passkit._torch.cpu_probes import *  # noqa: F403
 from passkit._torch.cpu_probes import __all__ as _cpu_probes
-from passkit._torch.inductor_warm import __all__ as _inductor_warm
 from passkit._torch.inductor_slots import *  # noqa: F403
 from passkit._torch.inductor_slots import __all__ as _inductor_slots
 from passkit._torch.inductor_workers import *  # noqa: F403

@@ -65,9 +65,12 @@ def start_cpu_probes() -> None:
         if _probes is not None or torch.cuda.is_available() or cache_info is None or cache_info().currsize:
             return
 
-        machine = _machine()
-        if machine is not None and _adopt(_answer_path(machine), machine):
-            return  # before the thread, so a warm process imports no more than it needs
+        try:
+            machine = _machine()
+            if machine is not None and _adopt(_answer_path(machine), machine):
+                return  # before the thread, so a warm process imports no more than it needs
+        except Exception:  # noqa: BLE001 - a machine passkit cannot describe: the probes run as before
+            machine = None
 
         # The probes import torch.utils.cpp_extension, and with it setuptools, whose distutils
         # shim puts a finder into sys.meta_path and takes it out again. An import on another

@@ -75,14 +75,15 @@ def test_processes_started_together_probe_once(tmp_path) -> None:
     assert len({json.dumps(result["answer"]) for result in results}) == 1
 
 
-def test_an_answer_that_does_not_rebuild_its_flags_is_ignored_and_the_probes_run(tmp_path) -> None:
+@pytest.mark.parametrize("damage", ["flags", "not json"])
+def test_an_answer_that_does_not_rebuild_its_flags_or_does_not_read_is_ignored_and_the_probes_run(tmp_path, damage) -> None:
     first = _result(_start(tmp_path))
     [recorded] = (tmp_path / "passkit").glob("cpu-probes-*.json")
     answer = json.loads(recorded.read_text())
     if not answer["sets"]:
         pytest.skip("this CPU has no vector instruction set Inductor uses")
     answer["sets"][0]["flags"] += " -mtampered"
-    recorded.write_text(json.dumps(answer))
+    recorded.write_text(json.dumps(answer) if damage == "flags" else "{not json")
     again = _result(_start(tmp_path))
     assert again["probed"]
     assert again["answer"] == first["answer"]
