@@ -9,6 +9,10 @@
   renews it every third of that while the compile runs; extending and releasing check the owner
   first in one Lua script, so a process never extends or deletes another's lease. A holder that
   dies stops renewing, and the lease expires: a waiter then takes it and compiles;
+- a holder that lets go publishes its ``host:pid`` on the channel ``passkit:done:<key>``. Its
+  waiters subscribe to it while they wait (``watch``), so they look for the entry the moment
+  it is there, and otherwise only every ``RECHECK_S``, for a lease whose holder died: a node's
+  waiters cost the server almost nothing however long the compile takes;
 - the server is read only when the process trusts keys (``PASSKIT_CACHE_TRUSTED_KEYS``):
   whoever can write the server could otherwise run code in every reader. Without them it is
   written, never read, and ``unreadable`` says why. It is written only by a process that signs
@@ -20,14 +24,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable, Iterator
 
-from passkit.cache.stores import GAVE_UP_SECONDS, Lease, owner_name
+from passkit.cache.stores import FOLDER_POLL_S, GAVE_UP_SECONDS, Lease, owner_name
 from passkit.errors import PasskitError
 
 __all__ = ["URL_ENV", "LEASE_ENV", "ServerStore", "ServerInfo", "server_url", "lease_seconds", "server_info"]
@@ -37,6 +42,8 @@ LEASE_ENV = "PASSKIT_CACHE_LEASE_SECONDS"
 ENTRY_PREFIX = "passkit:entry:"
 LEASE_PREFIX = "passkit:lease:"
 GAVE_UP_PREFIX = "passkit:gaveup:"
+DONE_PREFIX = "passkit:done:"
+RECHECK_S = 1.0  # a waiter that heard nothing looks again: its holder may have died
 CONNECT_TIMEOUT_S = 2.0
 SOCKET_TIMEOUT_S = 30.0  # a large entry over a slow link
 
@@ -81,10 +88,10 @@ def _reason(exc: BaseException) -> str:
 class _ServerLease:
     """A lease key this process holds, renewed by a daemon thread until ``release``."""
 
-    def __init__(self, store: ServerStore, name: str, owner: str, ttl_ms: int) -> None:
-        self.store, self.name, self.owner, self.ttl_ms = store, name, owner, ttl_ms
+    def __init__(self, store: ServerStore, key: str, owner: str, ttl_ms: int) -> None:
+        self.store, self.key, self.name, self.owner, self.ttl_ms = store, key, LEASE_PREFIX + key, owner, ttl_ms
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._renew, name=f"passkit-lease-{name[-8:]}", daemon=True)
+        self._thread = threading.Thread(target=self._renew, name=f"passkit-lease-{key[-8:]}", daemon=True)
         self._thread.start()
 
     def _renew(self) -> None:
@@ -96,6 +103,7 @@ class _ServerLease:
         self._stop.set()
         self._thread.join()
         self.store.call(lambda c: c.eval(_RELEASE, 1, self.name, self.owner))
+        self.store.call(lambda c: c.publish(DONE_PREFIX + self.key, self.owner))
 
 
 class ServerStore:
@@ -154,13 +162,39 @@ class ServerStore:
         name, owner, ttl_ms = LEASE_PREFIX + key, owner_name(), int(lease_seconds() * 1000)
         for _ in range(3):  # a lease that expires between SET and GET: ask again
             if self.call(lambda c: c.set(name, owner, nx=True, px=ttl_ms)):
-                return _ServerLease(self, name, owner, ttl_ms)
+                return _ServerLease(self, key, owner, ttl_ms)
             if self.down:
                 return None
             holder = self.call(lambda c: c.get(name))
             if holder is not None:
                 return holder.decode(errors="replace")
         return None
+
+    @contextlib.contextmanager
+    def watch(self, key: str) -> Iterator[Callable[[float], None]]:
+        """Subscribed to the key's channel for the waiter's whole wait, so that a holder letting
+        go between two checks is still heard; a server that goes down leaves polling."""
+
+        def subscribe(client: Any) -> Any:
+            channel = client.pubsub(ignore_subscribe_messages=True)
+            channel.subscribe(DONE_PREFIX + key)
+            return channel
+
+        channel = self.call(subscribe)
+
+        def wait(seconds: float) -> None:
+            seconds = max(0.0, seconds)
+            if channel is None or self.down:
+                time.sleep(min(seconds, FOLDER_POLL_S))
+            else:
+                self.call(lambda _: channel.get_message(timeout=min(seconds, RECHECK_S)))
+
+        try:
+            yield wait
+        finally:
+            if channel is not None:
+                with contextlib.suppress(Exception):  # the server may be gone: nothing to tidy there
+                    channel.close()
 
 
 @dataclass

@@ -113,7 +113,6 @@ __all__ = [
 ]
 
 WAIT_LINE_EVERY_S = 10.0
-POLL_S = 0.2
 
 log = logging.getLogger("passkit.cache")
 _refused: set[tuple[str, str]] = set()  # (key, reason) lines this process already wrote
@@ -261,31 +260,32 @@ class CompileCache:
             return report
         started, since = time.monotonic(), time.time() - 1.0  # a file's time may be a little behind
         next_line = started
-        while True:
-            answer = self.stores.claim(self.key)
-            if not isinstance(answer, str):
-                self.lease = answer
-                if answer is not None:
-                    report = self.load(program)  # the holder may have stored it just before letting go
-                    if report is not None:
-                        self.release()
-                return report
-            waited = time.monotonic() - started
-            if waited >= self.wait_seconds:
-                log.warning("passkit: waited %.0f s for %s to compile %s; compiling it here too ([settings] cache_wait)",
-                            waited, answer, graph)
-                return None
-            if time.monotonic() >= next_line:
-                send(progress, ProgressEvent("waiting", f"waiting for {answer} to compile {graph} ({waited:.0f} s) ...",
-                                             seconds=waited, graph=graph))
-                next_line += WAIT_LINE_EVERY_S
-            time.sleep(POLL_S)
-            report = self.load(program)
-            if report is not None:
-                return report
-            if self.stores.gave_up(self.key) >= since:
-                log.info("passkit: %s compiled %s without storing it; compiling it here too", answer, graph)
-                return None
+        with self.stores.watch(self.key) as wait:
+            while True:
+                answer = self.stores.claim(self.key)
+                if not isinstance(answer, str):
+                    self.lease = answer
+                    if answer is not None:
+                        report = self.load(program)  # the holder may have stored it just before letting go
+                        if report is not None:
+                            self.release()
+                    return report
+                waited = time.monotonic() - started
+                if waited >= self.wait_seconds:
+                    log.warning("passkit: waited %.0f s for %s to compile %s; compiling it here too ([settings] cache_wait)",
+                                waited, answer, graph)
+                    return None
+                if time.monotonic() >= next_line:
+                    send(progress, ProgressEvent("waiting", f"waiting for {answer} to compile {graph} ({waited:.0f} s) ...",
+                                                 seconds=waited, graph=graph))
+                    next_line += WAIT_LINE_EVERY_S
+                wait(min(next_line, started + self.wait_seconds) - time.monotonic())
+                report = self.load(program)
+                if report is not None:
+                    return report
+                if self.stores.gave_up(self.key) >= since:
+                    log.info("passkit: %s compiled %s without storing it; compiling it here too", answer, graph)
+                    return None
 
     def release(self, stored: bool = True) -> None:
         """Let the waiters go: after ``store``, or, ``stored`` False, after a compile that failed

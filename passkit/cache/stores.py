@@ -19,6 +19,10 @@ A holder whose compile ends without an entry (it failed, or its code has no cach
 (``give_up``: a file ``<key>.gaveup``, or a server key, with the time) before it lets go, so
 that the processes that were waiting then compile at once, together, instead of taking the lease
 one after another. A waiter heeds only a give-up newer than its own wait.
+
+A waiter sleeps between its checks in the claiming store's ``watch``: the folder's sleeps
+``FOLDER_POLL_S``; the server's returns as soon as the holder lets go (it publishes that), so
+waiters neither poll the server nor sit idle after the entry is there.
 """
 
 from __future__ import annotations
@@ -27,13 +31,16 @@ import contextlib
 import os
 import socket
 import tempfile
+import time
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Callable, ContextManager, Iterator, Protocol, runtime_checkable
 
 from passkit.cache.folder import SUFFIX, TEMP_SUFFIX, after_write, touch
 
-__all__ = ["Lease", "Store", "FolderStore", "Layered", "owner_name", "write_atomically", "LOCK_SUFFIX", "GAVE_UP_SECONDS"]
+__all__ = ["Lease", "Store", "FolderStore", "Layered", "owner_name", "write_atomically", "polling",
+           "LOCK_SUFFIX", "GAVE_UP_SECONDS", "FOLDER_POLL_S"]
 
+FOLDER_POLL_S = 0.2  # a lock file says nothing when it goes: a waiter looks again this often
 LOCK_SUFFIX = ".lock"
 GAVE_UP_SUFFIX = ".gaveup"
 GAVE_UP_SECONDS = 600  # how long the server keeps a give-up (the folder's file stays, dated)
@@ -75,6 +82,17 @@ class Store(Protocol):
     def gave_up(self, key: str) -> float:
         """When (``time.time()``) a compile of ``key`` last gave up, or 0.0."""
         ...
+
+    def watch(self, key: str) -> ContextManager[Callable[[float], None]]:
+        """A ``wait(seconds)`` for a waiter on ``key``: sleeps at most ``seconds``, and may
+        return sooner (when the key's holder lets go, or to look again)."""
+        ...
+
+
+@contextlib.contextmanager
+def polling(interval: float) -> Iterator[Callable[[float], None]]:
+    """A ``watch`` that sleeps ``interval`` at most: for a store that cannot say when a lease goes."""
+    yield lambda seconds: time.sleep(max(0.0, min(seconds, interval)))
 
 
 def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
@@ -169,6 +187,9 @@ class FolderStore:
         os.pwrite(fd, owner_name().encode(), 0)
         return _LockFile(fd, path)
 
+    def watch(self, key: str) -> ContextManager[Callable[[float], None]]:
+        return polling(FOLDER_POLL_S)
+
 
 class Layered:
     """Stores looked in one after the other (the folder first); what is written goes to all."""
@@ -197,6 +218,11 @@ class Layered:
 
     def gave_up(self, key: str) -> float:
         return max([store.gave_up(key) for store in self.stores if store.readable], default=0.0)
+
+    def watch(self, key: str) -> ContextManager[Callable[[float], None]]:
+        """The widest readable store's ``watch``: the store a waiter's ``claim`` asks first."""
+        readable = [store for store in self.stores if store.readable]
+        return readable[-1].watch(key) if readable else polling(FOLDER_POLL_S)
 
     def claim(self, key: str) -> Lease | str | None:
         """Ask the widest readable store that can lease; None when none can."""

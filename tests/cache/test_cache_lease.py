@@ -183,3 +183,52 @@ def test_when_the_holder_gives_up_without_an_entry_its_waiters_compile_at_once(t
         holder.wait(60)
     assert time.monotonic() - started < 120
     assert "passkit: another process compiled graph 1 without storing it; compiling it here too" in _messages(caplog)
+
+
+def test_a_server_waiter_wakes_when_its_holder_lets_go_and_hardly_asks_the_server_meanwhile(tmp_path, server, monkeypatch,
+                                                                                               caplog) -> None:
+    import redis
+
+    from passkit.cache.server import DONE_PREFIX, ENTRY_PREFIX, LEASE_PREFIX
+
+    url, _ = server
+    CliRunner().invoke(main, ["cache", "keygen", str(tmp_path / "keys")])
+    for name, value in {"PASSKIT_CACHE_URL": url, "PASSKIT_CACHE_SIGNING_KEY": str(tmp_path / "keys" / "passkit-cache.key"),
+                        "PASSKIT_CACHE_TRUSTED_KEYS": str(tmp_path / "keys" / "passkit-cache.pub"),
+                        "PASSKIT_CACHE_DIR": str(tmp_path / "first-machine")}.items():
+        monkeypatch.setenv(name, value)
+    client = redis.Redis.from_url(url)
+    heard = client.pubsub(ignore_subscribe_messages=True)
+    heard.psubscribe(DONE_PREFIX + "*")
+    assert _compile().cache == "miss"
+    deadline, message = time.monotonic() + 10, None
+    while message is None and time.monotonic() < deadline:  # the first answer is the subscription's own
+        message = heard.get_message(timeout=1)
+    assert message is not None and message["data"].decode() == f"{socket.gethostname()}:{os.getpid()}"  # the holder says it let go
+    heard.close()
+    # Another machine is compiling the key (its lease, no entry yet); it stores the entry and
+    # lets go after 4 s.
+    (name,) = client.keys(ENTRY_PREFIX + "*")
+    blob, key = client.get(name), name.decode()[len(ENTRY_PREFIX):]
+    client.delete(name)
+    client.set(LEASE_PREFIX + key, "elsewhere:1", px=60_000)
+
+    def let_go() -> None:
+        client.set(name, blob)
+        client.delete(LEASE_PREFIX + key)
+        client.publish(DONE_PREFIX + key, "elsewhere:1")
+
+    timer = threading.Timer(4.0, let_go)
+    monkeypatch.setenv("PASSKIT_CACHE_DIR", str(tmp_path / "second-machine"))
+    before = client.info("stats")["total_commands_processed"]
+    timer.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="passkit"):
+            report = _compile()
+    finally:
+        timer.cancel()
+    asked = client.info("stats")["total_commands_processed"] - before
+    assert (report.cache, report.source) == ("hit", "server")
+    assert "waiting for elsewhere:1 to compile graph 1 (0 s) ..." in _messages(caplog)
+    # Polling every 0.2 s asked about 80 times in 4 s; a subscribed waiter looks once a second.
+    assert asked < 40, asked
