@@ -2,7 +2,8 @@
 signed entries load in a process with an empty folder and say they came from the server; an
 unsigned, unknown-key or altered entry is never unpickled (one line, then a miss); without
 trusted keys the server is written, not read, and ``passkit cache info`` says why; a server that
-is down at the start or stops mid-run costs one line; a truncated or evicted entry is a miss."""
+is down at the start, stops mid-run or stops while a process waits on it costs one line; a
+truncated or evicted entry is a miss."""
 
 from __future__ import annotations
 
@@ -202,6 +203,32 @@ def test_a_server_that_stops_mid_run_costs_one_line(cluster, server, caplog) -> 
         assert _compile(lambda x: x.cos() * 3.0).cache == "miss"
         assert _compile(lambda x: x.exp() * 3.0).cache == "miss"
         assert (_compile().cache, _compile().source) == ("hit", "folder")
+    assert [line.split(" is unreachable")[0] for line in _lines(caplog)] == [f"passkit: cache server {url}"]
+
+
+def test_a_server_that_stops_while_a_process_waits_on_it_costs_one_line_and_it_compiles(cluster, server, caplog) -> None:
+    import time
+
+    from passkit.cache.server import LEASE_PREFIX
+
+    client, fresh, _ = cluster
+    url, process = server
+    fresh()
+    assert _compile().cache == "miss"
+    (name,) = client.keys(ENTRY_PREFIX + "*")
+    client.delete(name)
+    client.set(LEASE_PREFIX + name.decode()[len(ENTRY_PREFIX):], "elsewhere:1", px=600_000)  # another machine compiles it
+    stopper = threading.Timer(2.0, process.terminate)
+    fresh()
+    started = time.monotonic()
+    stopper.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="passkit"):
+            assert _compile().cache == "miss"  # compiled here, with the folder's lease, equal to eager
+    finally:
+        stopper.cancel()
+    assert 2.0 <= time.monotonic() - started < 60  # it waited until the server went, then went on
+    assert "waiting for elsewhere:1 to compile graph 1 (0 s) ..." in [r.getMessage() for r in caplog.records]
     assert [line.split(" is unreachable")[0] for line in _lines(caplog)] == [f"passkit: cache server {url}"]
 
 
