@@ -81,6 +81,11 @@ def _client(url: str) -> Any:
         raise PasskitError(f"{URL_ENV}: {exc}") from None
 
 
+def _close(subscribed: Any) -> None:
+    with contextlib.suppress(Exception):  # the server may be gone: nothing to tidy there
+        subscribed.close()
+
+
 def _reason(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
@@ -173,28 +178,34 @@ class ServerStore:
     @contextlib.contextmanager
     def watch(self, key: str) -> Iterator[Callable[[float], None]]:
         """Subscribed to the key's channel for the waiter's whole wait, so that a holder letting
-        go between two checks is still heard; a server that goes down leaves polling."""
+        go between two checks is still heard. A subscription that breaks leaves polling; whether
+        the server itself is gone, the waiter's next request says (one line)."""
+        import redis
 
         def subscribe(client: Any) -> Any:
-            channel = client.pubsub(ignore_subscribe_messages=True)
-            channel.subscribe(DONE_PREFIX + key)
-            return channel
+            subscribed = client.pubsub(ignore_subscribe_messages=True)
+            subscribed.subscribe(DONE_PREFIX + key)
+            return subscribed
 
         channel = self.call(subscribe)
 
         def wait(seconds: float) -> None:
+            nonlocal channel
             seconds = max(0.0, seconds)
-            if channel is None or self.down:
-                time.sleep(min(seconds, FOLDER_POLL_S))
-            else:
-                self.call(lambda _: channel.get_message(timeout=min(seconds, RECHECK_S)))
+            if channel is not None and not self.down:
+                try:
+                    channel.get_message(timeout=min(seconds, RECHECK_S))
+                    return
+                except (redis.exceptions.RedisError, OSError):
+                    _close(channel)
+                    channel = None
+            time.sleep(min(seconds, FOLDER_POLL_S))
 
         try:
             yield wait
         finally:
             if channel is not None:
-                with contextlib.suppress(Exception):  # the server may be gone: nothing to tidy there
-                    channel.close()
+                _close(channel)
 
 
 @dataclass
