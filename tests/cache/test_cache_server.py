@@ -12,6 +12,7 @@ import json
 import logging
 import pickle
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from click.testing import CliRunner
 
 import passkit
 from passkit.cache import entry as cache_entry
-from passkit.cache.server import ENTRY_PREFIX
+from passkit.cache.server import ENTRY_PREFIX, LEASE_PREFIX
 from passkit.cli import main
 from redis_server import free_port
 
@@ -207,10 +208,6 @@ def test_a_server_that_stops_mid_run_costs_one_line(cluster, server, caplog) -> 
 
 
 def test_a_server_that_stops_while_a_process_waits_on_it_costs_one_line_and_it_compiles(cluster, server, caplog) -> None:
-    import time
-
-    from passkit.cache.server import LEASE_PREFIX
-
     client, fresh, _ = cluster
     url, process = server
     fresh()
