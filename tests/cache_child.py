@@ -1,7 +1,8 @@
 """A child process for the compile cache tests: compile a small model, train one step, report.
 
 Prints one JSON line: whether the compile was a cache hit, which passkit ran, how many passes ran, how often
-Inductor's FX graph cache hit, missed or was bypassed, how many graphs Inductor hashed for its key, and the outputs and gradients as lists
+Inductor's FX graph cache hit, missed or was bypassed, how many graphs Inductor hashed for its key, how often the
+C++ compiler ran, and the outputs and gradients as lists
 (the compiled model's and eager's), so the parent can compare processes exactly.
 ``CHILD_PIPELINE`` names the pipeline (default ``training-python``). With ``--hang-in-write``
 it stops inside the cache write (after the temporary file is filled, before the rename), prints
@@ -53,6 +54,25 @@ def graphs_hashed():
         codecache.compiled_fx_graph_hash = hash_graph
 
 
+@contextlib.contextmanager
+def cpp_builds():
+    """Inside, each run of the C++ compiler (a kernel, a bundle, a precompiled header or its
+    preprocessor check) adds one to the list."""
+    from torch._inductor.cpp_builder import CppBuilder
+
+    build, found = CppBuilder.build, []
+
+    def counted(self, *args, **kwargs):
+        found.append(1)
+        return build(self, *args, **kwargs)
+
+    CppBuilder.build = counted
+    try:
+        yield found
+    finally:
+        CppBuilder.build = build
+
+
 def compile_and_report() -> dict:
     """Compile and train the model once, counting the passes that ran (restores what it patches)."""
     runs: list[str] = []
@@ -71,13 +91,15 @@ def compile_and_report() -> dict:
         eager_out = eager(x)
         eager_out.sum().backward()
         compiled = passkit.compile(model, pipeline=os.environ.get("CHILD_PIPELINE", "training-python"))
-        with graphs_hashed() as hashed:
+        with graphs_hashed() as hashed, cpp_builds() as built:
             out = compiled(x)
             out.sum().backward()
     finally:
         Pass.run = original
     return {
         "cache": compiled.passkit_reports[0].cache,
+        "source": compiled.passkit_reports[0].source,
+        "cpp_builds": len(built),
         "passkit": passkit.__file__,
         **_run_and_values(runs, hashed, model, out, eager, eager_out),
     }

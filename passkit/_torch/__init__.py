@@ -17,6 +17,7 @@ owns one side of torch:
 - ``graph_passes``: torch's min-cut partitioner, fake-value propagation, reinplacing;
 - ``graph_pickle``: graph modules pickled node by node with their metadata (the compile cache);
 - ``inductor`` and ``inductor_cache``: Inductor's inner compiler and its cache form;
+- ``inductor_files``: the files Inductor's warm load reads, carried in an entry to other machines;
 - ``inductor_warm``: the FX graph key an entry stores, and the CPU capability entries key on;
 - ``cpu_probes``: Inductor's CPU probes, run early on a thread and once per machine;
 - ``inductor_slots``: the objects a mounted pipeline file puts in Inductor's custom-pass slots;
@@ -54,6 +55,8 @@ from passkit._torch.inductor import *  # noqa: F403
 from passkit._torch.inductor import __all__ as _inductor
 from passkit._torch.inductor_cache import *  # noqa: F403
 from passkit._torch.inductor_cache import __all__ as _inductor_cache
+from passkit._torch.inductor_files import *  # noqa: F403
+from passkit._torch.inductor_files import __all__ as _inductor_files
 from passkit._torch.inductor_warm import *  # noqa: F403
 from passkit._torch.inductor_warm import __all__ as _inductor_warm
 from passkit._torch.cpu_probes import *  # noqa: F403
@@ -93,7 +96,7 @@ from passkit._torch.versions import __all__ as _versions
 
 
 __all__ = [
-    *_aoti, *_collectives, *_cpu_probes, *_dynamo_settings, *_executorch, *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_warm, *_inductor_slots,
+    *_aoti, *_collectives, *_cpu_probes, *_dynamo_settings, *_executorch, *_graph_passes, *_graph_pickle, *_hops, *_inductor, *_inductor_cache, *_inductor_files, *_inductor_warm, *_inductor_slots,
     *_inductor_workers, *_kernel_bundles, *_logs, *_mutations, *_ops, *_own_decomps, *_region_calls, *_region_values, *_regions,
     *_shape_guards, *_symbols, *_tracing, *_unbacked, *_values, *_versions,
 ]

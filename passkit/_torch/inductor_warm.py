@@ -11,6 +11,10 @@ cache entry stores, and the CPU capability an entry is keyed on.
   version, the CPU's vector capability) is in passkit's own entry key, so a stored key is only
   used where Inductor would have computed the same one. Where torch's ``prepare_key`` is not the
   one this was written for, the key is computed as before.
+- **No precompiled header on a load.** Loading a kernel library that is on disk still checks
+  Inductor's precompiled header first (a preprocessor run, 0.17 s a process), or builds it on a
+  fresh machine (seconds), though only a build uses it. ``no_precompiled_header`` skips it on
+  one thread; a kernel built there after all is built without it (slower, the same code).
 Inductor's CPU probes, the other once-per-process cost of a warm start, are
 ``passkit._torch.cpu_probes``'s.
 """
@@ -24,7 +28,7 @@ from typing import Any, Iterator
 
 import torch
 
-__all__ = ["cpu_capability", "graph_key_given", "graph_key_of"]
+__all__ = ["cpu_capability", "graph_key_given", "graph_key_of", "no_precompiled_header"]
 
 GraphKey = tuple[str, list[str]]  # Inductor's FX graph cache key and its debug lines
 
@@ -53,11 +57,30 @@ def graph_key_given(key: GraphKey | None) -> Iterator[None]:
     if key is None or not _key_override_installed():
         yield
         return
-    outer, _given.key = getattr(_given, "key", None), key
+    with _on_this_thread("key", key):
+        yield
+
+
+@contextlib.contextmanager
+def no_precompiled_header() -> Iterator[None]:
+    """Inside, a C++ kernel this thread loads or builds uses no precompiled header. For loads
+    whose libraries are on disk: the header only speeds up a build, and checking it is a
+    preprocessor run over torch's headers."""
+    if not _header_skip_installed():
+        yield
+        return
+    with _on_this_thread("no_header", True):
+        yield
+
+
+@contextlib.contextmanager
+def _on_this_thread(name: str, value: Any) -> Iterator[None]:
+    outer = getattr(_given, name, None)
+    setattr(_given, name, value)
     try:
         yield
     finally:
-        _given.key = outer
+        setattr(_given, name, outer)
 
 
 def _key_override_installed() -> bool:
@@ -82,6 +105,28 @@ def _key_override_installed() -> bool:
 
         prepare_key.passkit_key_given = True  # type: ignore[attr-defined]
         FxGraphCache.prepare_key = staticmethod(prepare_key)  # type: ignore[method-assign]
+        return True
+
+
+def _header_skip_installed() -> bool:
+    """Stand in for Inductor's ``_precompile_header`` (once per process): no header on a thread
+    inside ``no_precompiled_header``, Inductor's own elsewhere. False where torch has none."""
+    from torch._inductor import codecache
+
+    with _install_lock:
+        current = getattr(codecache, "_precompile_header", None)
+        if not callable(current):
+            return False
+        if getattr(current, "passkit_header_skip", False):
+            return True
+
+        def precompile_header(*args: Any, **kwargs: Any) -> str | None:
+            if getattr(_given, "no_header", None):
+                return None  # the build option's "no precompiled header"
+            return current(*args, **kwargs)
+
+        precompile_header.passkit_header_skip = True  # type: ignore[attr-defined]
+        codecache._precompile_header = precompile_header
         return True
 
 

@@ -55,6 +55,7 @@ class RegionCalls:
     bodies: int
     compiled_runs: int
     piece_keys: list[Any] = field(default_factory=list)  # Inductor's FX graph cache key of each piece
+    pieces: list[Any] = field(default_factory=list)  # each piece as Inductor compiled it (its kernels' scope)
 
     def __call__(self, args: list[Any]) -> Any:
         return self.current_callable(args)
@@ -224,6 +225,7 @@ def compile_region_calls(gm: GraphModule, example_inputs: Sequence[Any], compile
     graph.set_codegen(_BoxedCodeGen())
     bodies: dict[tuple[Any, ...], Callable[..., Any]] = {}
     sources: list[str] = []
+    pieces: list[Any] = []
     device_types: set[str] = set()
 
     def compiled_piece(module: GraphModule, values: list[Any], name: str,
@@ -232,6 +234,7 @@ def compile_region_calls(gm: GraphModule, example_inputs: Sequence[Any], compile
         if fakes is None:
             return None
         compiled = compile_piece(module, fakes, writable)
+        pieces.append(compiled)
         device_types.update(getattr(compiled, "device_types", ()) or ())
         sources.append(f"# {name}\n{source_of(compiled) or ''}")
         return _boxed_call(callable_of(compiled), name)
@@ -286,5 +289,5 @@ def compile_region_calls(gm: GraphModule, example_inputs: Sequence[Any], compile
     return RegionCalls(
         current_callable=program.forward, output_strides=strides,
         source_code="\n\n".join([program.code, *sources]), device_types=device_types or {"cpu"},
-        bodies=len(bodies), compiled_runs=len(compiled_runs),
+        bodies=len(bodies), compiled_runs=len(compiled_runs), pieces=pieces,
     )

@@ -189,7 +189,7 @@ def _compile(program: Program, name: str, examples: list[Any], options: Inductor
         )
     except Exception as exc:  # noqa: BLE001 - any Inductor failure becomes the one-line fallback error
         raise PassError(inductor_fallback_message(name, program.training, exc)) from exc
-    recipe = cache_form.filed_under(recipe, _torch.graph_key_of(compiled))
+    recipe = cache_form.filed_under(recipe, compiled)
     if donated and (isinstance(compiled, _torch.RegionCalls) or not _torch.calls_higher_order(program.graphs[name], "invoke_subgraph")):
         program.record_stat("donated_saved", len(donated))  # a graph Inductor lowered with its regions donates none
     if isinstance(compiled, _torch.RegionCalls):

@@ -10,7 +10,10 @@ On a hit, ``load`` runs Inductor's inner compiler on the stored graph again, and
 passkit's stages. The inputs are rebuilt as fake tensors in a fake mode with a shape
 environment, exactly as the first compile made them, so Inductor's own FX graph cache finds
 the code it generated then (the cache of ``torch.compile``, under ``TORCHINDUCTOR_CACHE_DIR``)
-and generates nothing again. Where that cache was emptied, Inductor compiles the same graph again.
+and generates nothing again. The recipe carries the files that folder held for the graph
+(``built``: its FX graph cache entry and kernel libraries, ``_torch.built_files``), written back
+where a folder lacks them, so another machine loads without lowering or building; where they
+cannot be, Inductor compiles the same graph again.
 The recipe keeps the key Inductor filed the graph under, so the reload does not hash the graph
 to find it (``_torch.graph_key_given``).
 
@@ -47,7 +50,7 @@ from passkit.passes import codegen_inductor_calls as calls
 
 __all__ = ["InductorRecipe", "snapshot", "cacheable", "load", "LOADER"]
 
-FORMAT = 5  # 5: ``regions_from_python``
+FORMAT = 6  # 6: ``built``
 LOADER = "passkit.passes.codegen_inductor_cache:load"
 Wrapper = Literal["boxed", "no_grad", "strides_of"]
 
@@ -78,7 +81,10 @@ class InductorRecipe:
     symbolic: bool = False  # ``inputs`` are fake values with symbolic sizes (pickled with their shape environment)
     graph_key: Any = None  # Inductor's FX graph cache key for it, or its pieces' (``_torch.graph_key_of``)
     regions_from_python: bool = False  # ``region_calls = "python"``: its region calls cut out (``_torch.compile_region_calls``)
+    built: dict[str, bytes] | None = None  # the files Inductor's folder held for it (``_torch.built_files``)
     format: int = FORMAT
+    # Reads ``built`` once the kernels are bound, when an entry is written; never stored.
+    find_built: Callable[[], dict[str, bytes] | None] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def snapshot(graph: GraphModule, examples: Sequence[Any], *, is_backward: bool, is_inference: bool,
@@ -104,10 +110,13 @@ def snapshot(graph: GraphModule, examples: Sequence[Any], *, is_backward: bool, 
     )
 
 
-def filed_under(recipe: InductorRecipe | None, graph_key: Any) -> InductorRecipe | None:
-    """``recipe`` with the FX graph cache key Inductor filed its compile under, which a reload
-    hands back instead of hashing the graph again."""
-    return recipe if recipe is None else dataclasses.replace(recipe, graph_key=graph_key)
+def filed_under(recipe: InductorRecipe | None, compiled: Any) -> InductorRecipe | None:
+    """``recipe`` with the FX graph cache key Inductor filed ``compiled`` under, which a reload
+    hands back instead of hashing the graph again, and the files a reload on another machine needs."""
+    if recipe is None:
+        return None
+    graph_key = _torch.graph_key_of(compiled)
+    return dataclasses.replace(recipe, graph_key=graph_key, find_built=functools.partial(_torch.built_files, compiled, graph_key))
 
 
 def new_pair() -> str:
@@ -131,6 +140,8 @@ def cacheable(fn: Callable[..., Any], recipe: InductorRecipe | None, wrapper: Wr
 def _payload(recipe: InductorRecipe) -> tuple[str, InductorRecipe] | None:
     """What the compile cache stores; None (compile every time) unless the graph and each of
     its region bodies reload to the code Inductor compiled. Checked only when an entry is written."""
+    if recipe.find_built is not None:
+        recipe = dataclasses.replace(recipe, built=recipe.find_built(), find_built=None)
     try:
         if _torch.graph_codes(_torch.graph_from_data(recipe.graph)) != recipe.codes:
             return None
@@ -161,7 +172,8 @@ def load(recipe: InductorRecipe) -> Callable[..., Any]:
     examples = list(recipe.inputs) if recipe.symbolic else _torch.fakes_with_shape_env(recipe.inputs)
     graph_id, pair_state = _graph_id_and_device(recipe)
     device_type = calls.device_type(examples) or "cpu"
-    with _torch.kernels_compiled_together(bundle=recipe.bundle_kernels, device_type=device_type):
+    with _torch.built_files_installed(recipe.built), \
+            _torch.kernels_compiled_together(bundle=recipe.bundle_kernels, device_type=device_type):
         compiled, _ = _torch.inductor_compile(
             graph, examples, is_backward=recipe.is_backward, is_inference=recipe.is_inference,
             static_input_idxs=recipe.static, user_visible_output_idxs=recipe.visible,
