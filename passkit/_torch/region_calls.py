@@ -225,7 +225,7 @@ def compile_region_calls(gm: GraphModule, example_inputs: Sequence[Any], compile
     graph.set_codegen(_BoxedCodeGen())
     bodies: dict[tuple[Any, ...], Callable[..., Any]] = {}
     sources: list[str] = []
-    pieces: list[Any] = []
+    compiled_pieces: list[Any] = []
     device_types: set[str] = set()
 
     def compiled_piece(module: GraphModule, values: list[Any], name: str,
@@ -234,7 +234,7 @@ def compile_region_calls(gm: GraphModule, example_inputs: Sequence[Any], compile
         if fakes is None:
             return None
         compiled = compile_piece(module, fakes, writable)
-        pieces.append(compiled)
+        compiled_pieces.append(compiled)
         device_types.update(getattr(compiled, "device_types", ()) or ())
         sources.append(f"# {name}\n{source_of(compiled) or ''}")
         return _boxed_call(callable_of(compiled), name)
@@ -289,5 +289,5 @@ def compile_region_calls(gm: GraphModule, example_inputs: Sequence[Any], compile
     return RegionCalls(
         current_callable=program.forward, output_strides=strides,
         source_code="\n\n".join([program.code, *sources]), device_types=device_types or {"cpu"},
-        bodies=len(bodies), compiled_runs=len(compiled_runs), pieces=pieces,
+        bodies=len(bodies), compiled_runs=len(compiled_runs), pieces=compiled_pieces,
     )
