@@ -37,7 +37,6 @@ MAX_BYTES = 128 * 2**20  # an entry carries no files past this; another machine 
 FX_GRAPH_FOLDER = "fxgraph"
 
 
-
 def _inductor_dir() -> Path:
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
@@ -81,22 +80,22 @@ def built_files(compiled: Any, graph_key: Any) -> dict[str, bytes] | None:
     the folder: its FX graph cache entries (``graph_key``) and its kernel libraries. Call once its
     kernels are bound. None when there are none, or they are too many bytes to carry."""
     root = _inductor_dir()
-    paths = _libraries(_scopes(compiled), root)
-    for key in _keys(graph_key):
-        entry_dir = root / FX_GRAPH_FOLDER / key[1:3] / key
-        if entry_dir.is_dir():
-            paths.update(p for p in entry_dir.iterdir() if p.is_file())
     files: dict[str, bytes] = {}
     total = 0
-    for path in sorted(paths):
-        try:
+    try:
+        paths = _libraries(_scopes(compiled), root)
+        for key in _keys(graph_key):
+            entry_dir = root / FX_GRAPH_FOLDER / key[1:3] / key
+            if entry_dir.is_dir():
+                paths.update(p for p in entry_dir.iterdir() if p.is_file())
+        for path in sorted(paths):
             data = path.read_bytes()
-        except OSError:
-            return None  # evicted meanwhile: carry none rather than a set that cannot load
-        total += len(data)
-        if total > MAX_BYTES:
-            return None
-        files[path.relative_to(root).as_posix()] = data
+            total += len(data)
+            if total > MAX_BYTES:
+                return None
+            files[path.relative_to(root).as_posix()] = data
+    except OSError:  # evicted meanwhile: carry none rather than a set that cannot load
+        return None
     return files or None
 
 
