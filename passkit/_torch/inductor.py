@@ -33,6 +33,7 @@ __all__ = [
     "inductor_failed_toolchain",
     "inductor_lowering_decompositions",
     "inductor_joint_graph_passes",
+    "inductor_native_random",
     "inductor_mode_options",
     "inductor_source",
     "mark_donated_inputs",
@@ -251,6 +252,31 @@ def inductor_joint_graph_passes(gm: GraphModule) -> GraphModule:
     with inductor_config.patch(JOINT_PASSES_CONFIG), tracing(TracingContext(fake_mode)), V.set_fake_mode(fake_mode):
         result = _recursive_joint_graph_passes(gm, **kwargs)
     return result if result is not None else gm  # torch 2.11 changes ``gm`` and returns None
+
+
+def inductor_native_random(gm: GraphModule) -> bool:
+    """Rewrite ``gm``'s ATen random ops (``rand``, ``randn``, ``rand_like``, ...) into Inductor's
+    own seeded random, as ``torch.compile``'s joint passes do when ``fallback_random`` is off.
+
+    Inductor's lowerings of those ops assume this ran: they raise "should have been handled in
+    replace_random.py" otherwise. ``inductor_joint_graph_passes`` leaves random ops whole, so
+    ``codegen.inductor`` runs this on the graph it lowers, its subgraphs (a ``cond`` branch)
+    included. Returns whether it changed ``gm``.
+    """
+    from torch._guards import TracingContext, tracing
+    from torch._inductor import config as inductor_config
+    from torch._inductor.fx_passes.replace_random import replace_random_passes
+    from torch._inductor.virtualized import V
+
+    values = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    fake_mode = fake_mode_of(values) or new_fake_mode()
+    changed = False
+    with inductor_config.patch(fallback_random=False), tracing(TracingContext(fake_mode)), V.set_fake_mode(fake_mode):
+        for graph in graph_and_subgraphs(gm):
+            if replace_random_passes(graph):
+                graph.recompile()
+                changed = True
+    return changed
 
 
 def mark_donated_inputs(gm: GraphModule, donated: Sequence[int]) -> None:

@@ -16,7 +16,9 @@ Values are held to the one tolerance rule (``passkit.verify.compare``). A progra
 refuses is ``invalid``. When the pipeline raises or differs, the same program goes through
 torch's own path (``torch.compile(backend="aot_eager")``; for export, ``torch.export`` and
 ``run_decompositions``): if torch fails or differs too, the program is ``skipped``, else it is a
-``difference``.
+``difference``. A pipeline whose code generator draws random numbers its own way
+(``fallback_random = false``) cannot draw eager's; its programs with random ops go through
+Inductor drawing its own way, as ``torch.compile`` does by default, which cannot either.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ from typing import Any, Callable
 
 import torch
 
+from passkit.fuzz.ops import OPS
 from passkit.fuzz.program import FuzzProgram
 from passkit.verify.compare import Tolerance, compare_values, same_random_draws
 
-__all__ = ["Observed", "Verdict", "judge", "compile_with", "torch_path", "observe", "differences", "one_line"]
+__all__ = ["Observed", "Verdict", "judge", "compile_with", "torch_path", "torch_path_for", "observe", "differences",
+           "one_line"]
 
 Compiler = Callable[[FuzzProgram, torch.nn.Module, tuple[Any, ...]], Callable[..., Any]]
 
@@ -140,6 +144,20 @@ def torch_path(program: FuzzProgram, model: torch.nn.Module, inputs: tuple[Any, 
     return torch.compile(model, backend="aot_eager", dynamic=program.dynamic)
 
 
+def torch_path_for(pipeline: Any) -> Compiler:
+    """Torch's path to judge ``pipeline`` by: ``torch_path``, or for a program with random ops
+    when a step draws random numbers its own way, Inductor drawing its own way too."""
+    if not any(step.enabled and getattr(step.options, "fallback_random", True) is False for step in pipeline.steps):
+        return torch_path
+
+    def path(program: FuzzProgram, model: torch.nn.Module, inputs: tuple[Any, ...]) -> Callable[..., Any]:
+        if program.mode != "export" and any(OPS[op].random for op in program.used_ops()):
+            return torch.compile(model, backend="inductor", dynamic=program.dynamic, options={"fallback_random": False})
+        return torch_path(program, model, inputs)
+
+    return path
+
+
 def _dims(program: FuzzProgram, inputs: tuple[Any, ...]) -> Any:
     if not program.dynamic:
         return None
@@ -166,8 +184,9 @@ def _run(compiler: Compiler, program: FuzzProgram, model: torch.nn.Module, input
     return observe(call, _state(call, twin), inputs, training=program.mode == "training")
 
 
-def judge(program: FuzzProgram, compiler: Compiler, tolerance: Tolerance) -> Verdict:
-    """Run ``program`` eagerly and through ``compiler``; on a difference, through torch's path."""
+def judge(program: FuzzProgram, compiler: Compiler, tolerance: Tolerance, theirs: Compiler = torch_path) -> Verdict:
+    """Run ``program`` eagerly and through ``compiler``; on a difference, through torch's path
+    (``theirs``)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -184,9 +203,9 @@ def judge(program: FuzzProgram, compiler: Compiler, tolerance: Tolerance) -> Ver
             return Verdict("ok")
         kind, message = found[0]
         try:
-            theirs = differences(expected, _run(torch_path, program, pristine, inputs), tolerance)
+            torch_found = differences(expected, _run(theirs, program, pristine, inputs), tolerance)
         except Exception as exc:  # noqa: BLE001
             return Verdict("skipped", kind, message, f"torch's path raised {one_line(exc)}")
-        if theirs:
-            return Verdict("skipped", kind, message, f"torch's path differs too: {theirs[0][1]}")
+        if torch_found:
+            return Verdict("skipped", kind, message, f"torch's path differs too: {torch_found[0][1]}")
         return Verdict("difference", kind, message, details=[m for _, m in found])

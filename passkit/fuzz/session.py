@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from passkit.fuzz.compare import compile_with, judge
+from passkit.errors import PasskitError
+from passkit.fuzz.compare import compile_with, judge, torch_path_for
 from passkit.fuzz.generator import each_program, programs
 from passkit.fuzz.program import FuzzProgram, Mode
 from passkit.fuzz.reduce import Case, reduce_program, write_case
@@ -88,9 +89,15 @@ def fuzz(
     """Fuzz ``pipeline``; differences are reduced and written under ``out`` (none written without it)."""
     from passkit.verify.compare import tolerance_for
 
+    if pipeline.mounted or pipeline.kind == "edge":
+        made = ("mounts its steps in Inductor's slots" if pipeline.mounted
+                else 'is an edge pipeline (kind = "edge"): it makes an ExecuTorch program')
+        raise PasskitError(f"{pipeline.label}: passkit fuzz compares programs it can call, and this file {made}; "
+                           "fuzz a pipeline that compiles or exports, such as 'training' or 'export'")
     say = progress or (lambda text: None)
     summary = Summary(pipeline.label, seed)
     compiler = compile_with(pipeline)
+    theirs = torch_path_for(pipeline)
     tolerance = tolerance_for(pipeline.settings, (s for s in pipeline.steps if s.enabled))
     started = last_said = time.monotonic()
     seen: set[tuple[str, str]] = set()
@@ -100,7 +107,7 @@ def fuzz(
         if seconds is not None and time.monotonic() - started >= seconds:
             return False
         summary.generated += 1
-        verdict = judge(program, compiler, tolerance)
+        verdict = judge(program, compiler, tolerance, theirs)
         if verdict.status == "invalid":
             summary.invalid += 1
         elif verdict.status == "skipped":
@@ -124,7 +131,7 @@ def fuzz(
         return True
 
     def _reduced(program: FuzzProgram, verdict: Any, number: int) -> Case:
-        small = reduce_program(program, verdict, lambda candidate: judge(candidate, compiler, tolerance))
+        small = reduce_program(program, verdict, lambda candidate: judge(candidate, compiler, tolerance, theirs))
         say(f"  reduced from {len(program.nodes)} to {len(small.nodes)} op(s)")
         if out is None:
             return Case("", verdict, small, len(program.nodes))

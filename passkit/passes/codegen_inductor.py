@@ -121,7 +121,8 @@ def _graph_for_inductor(gm: GraphModule, options: InductorOptions) -> GraphModul
     value. Dropout's ``bernoulli.p`` becomes an op Inductor
     cannot mis-order (``_torch.hide_bernoulli_fills``). The table follows ``fallback_random``
     as ``torch.compile``'s does (``_torch.inductor_lowering_decompositions``): eager's draws
-    from ATen's random kernels, or Inductor's philox random on the GPU.
+    from ATen's random kernels, or Inductor's own seeded random (``rand`` and ``randn`` become
+    it here, as torch's joint passes make them: Inductor cannot lower them otherwise).
     """
     table = _torch.inductor_lowering_decompositions(options.fallback_random)
     # An op whose decomposition may decline is no sign of a kept op: it likely declined already.
@@ -145,6 +146,8 @@ def _graph_for_inductor(gm: GraphModule, options: InductorOptions) -> GraphModul
     if typed_fills:  # else its code is already current (a deep graph's code takes a while to write)
         copy.recompile()
     _torch.hide_bernoulli_fills(copy, fallback_random=options.fallback_random)
+    if not options.fallback_random:
+        _torch.inductor_native_random(copy)
     return copy
 
 

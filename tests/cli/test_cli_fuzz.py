@@ -49,6 +49,21 @@ def test_bad_input_is_one_line_and_exit_2(cli, workdir: Path, args: list[str], m
     assert result.stderr.strip() == message
 
 
+@pytest.mark.parametrize(("pipeline", "message"), [
+    ("edge", 'passkit/pipelines/edge.toml: passkit fuzz compares programs it can call, and this file is an edge pipeline '
+             '(kind = "edge"): it makes an ExecuTorch program; fuzz a pipeline that compiles or exports, such as \'training\' or \'export\''),
+    ("inductor-post-grad", "passkit/pipelines/inductor-post-grad.toml: passkit fuzz compares programs it can call, and this "
+                           "file mounts its steps in Inductor's slots; fuzz a pipeline that compiles or exports, such as "
+                           "'training' or 'export'"),
+])
+def test_a_pipeline_fuzz_cannot_call_is_one_line_and_exit_2(cli, workdir: Path, pipeline: str, message: str) -> None:
+    # It was 199 "differences" in 200 programs, each the compile's refusal.
+    result = cli.invoke(main, ["fuzz", pipeline, "--programs", "3"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == message
+    assert not (workdir / "passkit-fuzz").exists()
+
+
 def test_without_hypothesis_it_says_how_to_install_it(cli, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "hypothesis", None)
     result = cli.invoke(main, ["fuzz", "training-python", "--programs", "1"])

@@ -480,3 +480,43 @@ def test_building_the_backend_runs_inductors_cpu_probes_on_a_thread_before_any_g
                           cwd=tmp_path, env=_cold_inductor_folder(tmp_path))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["1", "1"]  # one probe thread, and the probes' result is cached
+
+
+class _Noise(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return x * torch.rand_like(x), x + torch.randn(x.shape)
+
+
+def _drawing_its_own_way() -> dict:
+    return {"pipeline": {"name": "own-random"},
+            "steps": [{"pass": "functionalize"}, {"pass": "decompose", "tables": ["inductor"]},
+                      {"pass": "joint.inductor_passes"}, {"pass": "codegen.inductor", "fallback_random": False}]}
+
+
+# passkit's joint passes leave random ops whole, so `rand` and `randn` reached Inductor as ATen
+# ops, which it lowers only under `fallback_random` ("should have been handled in
+# replace_random.py"): every graph drawing them failed to compile, the `inference` pipeline's
+# included. Drawing its own way, Inductor draws what torch.compile's draws.
+def test_random_ops_drawn_inductors_own_way_equal_torch_compiles() -> None:
+    x = torch.randn(4, 8)
+    torch._dynamo.reset()
+    torch.manual_seed(3)
+    expected = torch.compile(_Noise(), backend="inductor", options={"fallback_random": False})(x)
+    torch._dynamo.reset()
+    torch.manual_seed(3)
+    got = passkit.compile(_Noise(), pipeline=_drawing_its_own_way(), cache="off")(x)
+    torch.manual_seed(3)
+    eager = _Noise()(x)
+    for mine, theirs, eagers in zip(got, expected, eager):
+        assert torch.equal(mine, theirs)
+        assert not torch.equal(mine, eagers)  # its own generator: not eager's numbers
+
+
+def test_the_inference_pipeline_draws_eagers_random_numbers() -> None:
+    x = torch.randn(4, 8)
+    torch._dynamo.reset()
+    torch.manual_seed(3)
+    got = passkit.compile(_Noise(), pipeline="inference", cache="off")(x)
+    torch.manual_seed(3)
+    for mine, eagers in zip(got, _Noise()(x)):
+        assert torch.equal(mine, eagers)

@@ -109,16 +109,10 @@ def test_cuda_dropout_under_fallback_random_reaches_inductor_whole_to_draw_eager
 
 @pytest.mark.parametrize("fn", [_dropout, _keep_mask], ids=["dropout", "bernoulli"])
 def test_cuda_random_ops_without_fallback_random_become_inductors_philox_random(fn) -> None:
-    # As torch.compile: rand comparisons, which Inductor's post-grad pass turns into its
-    # seeded philox random; a bernoulli left whole would trip Inductor's CUDA lowering assert.
-    from torch._inductor.fx_passes.replace_random import replace_random_passes
-    from torch._inductor.virtualized import V
-
+    # As torch.compile: rand comparisons, turned into Inductor's seeded philox random as its joint
+    # passes turn them. A bernoulli left whole would trip Inductor's CUDA lowering assert, and a
+    # rand left whole its "should have been handled in replace_random.py".
     graph = _handed_to_inductor(fn, fallback_random=False)
-    assert _random_calls(graph) == ["aten.rand.default"]
-    fake_mode = next(n.meta["val"] for n in graph.graph.nodes if n.op == "placeholder").fake_mode
-    with V.set_fake_mode(fake_mode):
-        replace_random_passes(graph)
     assert _random_calls(graph) == ["prims.inductor_seeds.default", "prims.inductor_lookup_seed.default", "prims.inductor_random.default"]
 
 
