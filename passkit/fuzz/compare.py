@@ -16,9 +16,11 @@ Values are held to the one tolerance rule (``passkit.verify.compare``). A progra
 refuses is ``invalid``. When the pipeline raises or differs, the same program goes through
 torch's own path (``torch.compile(backend="aot_eager")``; for export, ``torch.export`` and
 ``run_decompositions``): if torch fails or differs too, the program is ``skipped``, else it is a
-``difference``. A pipeline whose code generator draws random numbers its own way
-(``fallback_random = false``) cannot draw eager's; its programs with random ops go through
-Inductor drawing its own way, as ``torch.compile`` does by default, which cannot either.
+``difference``. For a pipeline that generates code with Inductor (``codegen.inductor``), torch's
+path is ``torch.compile``'s Inductor, with the step's ``fallback_random``: its fused kernels sum
+in other orders than ATen's (a gradient that is zero up to rounding, amplified by a BatchNorm
+over equal rows, is not zero the same way), and drawing its own way it cannot draw eager's
+random numbers either.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from typing import Any, Callable
 
 import torch
 
-from passkit.fuzz.ops import OPS
 from passkit.fuzz.program import FuzzProgram
 from passkit.verify.compare import Tolerance, compare_values, same_random_draws
 
@@ -145,15 +146,17 @@ def torch_path(program: FuzzProgram, model: torch.nn.Module, inputs: tuple[Any, 
 
 
 def torch_path_for(pipeline: Any) -> Compiler:
-    """Torch's path to judge ``pipeline`` by: ``torch_path``, or for a program with random ops
-    when a step draws random numbers its own way, Inductor drawing its own way too."""
-    if not any(step.enabled and getattr(step.options, "fallback_random", True) is False for step in pipeline.steps):
+    """Torch's path to judge ``pipeline`` by: ``torch_path``, or for a pipeline that generates
+    code with Inductor, ``torch.compile``'s Inductor with the same ``fallback_random``."""
+    inductor = next((step for step in pipeline.steps if step.enabled and step.pass_name == "codegen.inductor"), None)
+    if inductor is None:
         return torch_path
+    options = {"fallback_random": inductor.options.fallback_random}
 
     def path(program: FuzzProgram, model: torch.nn.Module, inputs: tuple[Any, ...]) -> Callable[..., Any]:
-        if program.mode != "export" and any(OPS[op].random for op in program.used_ops()):
-            return torch.compile(model, backend="inductor", dynamic=program.dynamic, options={"fallback_random": False})
-        return torch_path(program, model, inputs)
+        if program.mode == "export":
+            return torch_path(program, model, inputs)
+        return torch.compile(model, backend="inductor", dynamic=program.dynamic, options=options)
 
     return path
 
