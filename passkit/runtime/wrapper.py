@@ -163,6 +163,24 @@ def _built_grads(runtime: CompiledProgram, grads: Sequence[Any], geometry: dict[
     return result
 
 
+def _inputs_without_gradient(program: Program, grad_targets: Sequence[int]) -> list[int]:
+    """The non-leaf inputs that need grad whose every gradient slot in the backward graph is
+    None (a leaf's None is enough: nothing is accumulated). One whose metadata the graph
+    changes is kept: the change must reach the caller's tensor."""
+    returned = program.graphs["backward"].graph.output_node().args[0]
+    given = {target for target, grad in zip(grad_targets, returned) if grad is not None}
+    return [i for i, info in enumerate(program.signature.inputs)
+            if info.requires_grad and not info.is_leaf and not info.mutates_metadata and i not in given]
+
+
+def _detached(args: Sequence[Any], indices: Sequence[int]) -> list[Any]:
+    call_args = list(args)
+    for i in indices:
+        if isinstance(call_args[i], torch.Tensor):
+            call_args[i] = call_args[i].detach()
+    return call_args
+
+
 class CompiledProgram:
     """A compiled program as a callable over flat inputs, returning a tuple of user outputs."""
 
@@ -226,6 +244,11 @@ class CompiledProgram:
             self.grads_in_input_order = self.grad_targets == list(range(self.n_inputs))
             source = program.notes.get(CAPTURED_SOURCE)
             self.grad_layouts = {} if source is None else source.plain_grad_layouts()
+            # Inputs that need grad but get none from the backward (read only by dead code, or
+            # through ops without a derivative) are detached before the call, as torch's AOT
+            # detaches them. Else autograd goes on into the tape that made them with zeros: a
+            # parameter whose grad stays None in eager got a zero grad (which AdamW decays).
+            self.never_grad = [] if self.grad_layouts else _inputs_without_gradient(program, self.grad_targets)
         else:
             self.main_fn: Callable[..., Any] = program.compiled["main"]
         self.plain_outputs = (
@@ -269,7 +292,7 @@ class CompiledProgram:
         if self.mutated:
             self.shared_storage_check(args)
         if self.training:
-            visible = _CompiledFunction.apply(self, *args)
+            visible = _CompiledFunction.apply(self, *(_detached(args, self.never_grad) if self.never_grad else args))
             if self.view_slots:
                 *visible, geometry = visible
                 for k, (size, stride, offset) in geometry.items():
